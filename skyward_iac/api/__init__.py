@@ -1,0 +1,1 @@
+"""Public contracts: pure user-facing types, no I/O."""

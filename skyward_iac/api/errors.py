@@ -1,0 +1,48 @@
+"""The one exception tree users catch: every message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class SkywardError(Exception):
+    """Base of every error skyward_iac raises on purpose."""
+
+
+class ConfigError(SkywardError, ValueError):
+    """A spec, option or argument is invalid; raised before anything is provisioned."""
+
+
+class EngineNotFoundError(SkywardError):
+    """No usable Pulumi engine was found; the message says how to install one."""
+
+
+class ProvisionError(SkywardError):
+    """The stack could not be brought up (the engine's own message is attached)."""
+
+
+class BootstrapError(SkywardError):
+    """A node could not be prepared: names the node, the step, its exit code and output tail."""
+
+
+class HostKeyMismatchError(SkywardError):
+    """A node presented an SSH host key other than the one pinned in the stack outputs."""
+
+
+class NodeConnectionError(SkywardError):
+    """The connection to a node's SSH server or agent failed or was lost."""
+
+
+class RemoteError(SkywardError):
+    """A task raised an exception whose type could not be rebuilt on the client.
+
+    ``type_name`` is the remote exception's qualified type; ``remote_traceback`` its traceback.
+    """
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = remote_traceback
+
+
+class NoActivePoolError(SkywardError, RuntimeError):
+    """A dispatch targeted `sky` outside any `with sky.Compute(...)` block."""

@@ -1,0 +1,154 @@
+"""What to provision and how to run it: ``Spec``, ``Nodes``, ``Image``, ``Worker``, ``Options``.
+
+All are frozen pydantic models validated on construction, so bad input fails before anything is
+provisioned. Use :func:`validated` to turn pydantic's errors into one readable ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from skyward_iac.api.accelerators import Accelerator
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.providers import AWS, GCP, Local
+
+AllocationStrategy = Literal["spot-if-available", "spot", "on-demand", "cheapest"]
+Architecture = Literal["x86_64", "arm64"]
+SelectionStrategy = Literal["cheapest", "first"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class Nodes(_Frozen):
+    """How many nodes: ``desired`` now; ``min``/``max`` for partial readiness and elasticity."""
+
+    desired: int = Field(ge=1)
+    min: int | None = Field(default=None, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Nodes:
+        if self.min is not None and self.min > self.desired:
+            raise ValueError(f"min ({self.min}) cannot exceed desired ({self.desired})")
+        if self.max is not None and self.max < self.desired:
+            raise ValueError(f"max ({self.max}) cannot be below desired ({self.desired})")
+        return self
+
+
+class Image(_Frozen):
+    """The node's Python environment, built by the bootstrap with uv."""
+
+    python: str = "auto"
+    pip: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    bootstrap_timeout: int = Field(default=300, gt=0)
+
+    @field_validator("python")
+    @classmethod
+    def _python_version(cls, value: str) -> str:
+        parts = value.split(".")
+        if value != "auto" and not (len(parts) == 2 and all(p.isdigit() for p in parts)):
+            raise ValueError(f"python must be 'auto' or a version like '3.11', got {value!r}")
+        return value
+
+
+class Worker(_Frozen):
+    """Per-node execution: how many tasks run at once on each node."""
+
+    concurrency: int = Field(default=1, ge=1)
+    executor: Literal["auto", "thread"] = "auto"
+
+
+class Options(_Frozen):
+    """Operational knobs of a pool; defaults are sensible."""
+
+    worker: Worker = Field(default_factory=Worker)
+    default_compute_timeout: float = Field(default=300.0, gt=0)
+    provision_timeout: float = Field(default=600.0, gt=0)
+    ssh_timeout: float = Field(default=30.0, gt=0)
+    bootstrap_timeout: float | None = Field(default=None, gt=0)
+    shutdown_timeout: float = Field(default=120.0, gt=0)
+
+
+class Spec(_Frozen):
+    """A request for nodes: provider, hardware, count, environment and lifetime."""
+
+    provider: Local | AWS | GCP
+    accelerator: Accelerator | None = None
+    nodes: Nodes = Field(default_factory=lambda: Nodes(desired=1))
+    vcpus: float | None = Field(default=None, gt=0)
+    memory_gb: float | None = Field(default=None, gt=0)
+    disk_gb: int | None = Field(default=None, gt=0)
+    architecture: Architecture | None = None
+    allocation: AllocationStrategy = "spot-if-available"
+    image: Image = Field(default_factory=Image)
+    region: str | None = None
+    max_hourly_cost: float | None = Field(default=None, gt=0)
+    ttl: int = Field(default=600, ge=0, description="seconds a node outlives a silent client")
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _provider_object(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(
+                f"provider must be an object such as sky.Local() or sky.AWS(), not the string "
+                f"{value!r}"
+            )
+        return value
+
+    @field_validator("accelerator", mode="before")
+    @classmethod
+    def _accelerator_object(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(
+                f"accelerator must be an object such as sky.accelerators.{value}(), not the "
+                f"string {value!r} (strings are accepted only in skyward.toml)"
+            )
+        return value
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _node_spec(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("nodes must be an int, a (min, max) tuple or sky.Nodes(...)")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError(f"nodes must be at least 1, got {value}")
+            return Nodes(desired=value)
+        if isinstance(value, tuple):
+            if len(value) != 2 or not all(isinstance(v, int) for v in value):
+                raise ValueError(f"nodes as a tuple must be (low, high) ints, got {value!r}")
+            return Nodes(desired=value[0], max=value[1])
+        return value
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and value < 0:
+            raise ValueError(f"ttl must be >= 0 seconds (0 disables the dead-man switch), got {value}")
+        return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], /, **fields: Any) -> M:
+    """Build ``model`` from ``fields``, raising one ``ConfigError`` that lists every problem."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(model.__name__, exc)) from None
+
+
+def describe_validation_error(what: str, exc: ValidationError) -> str:
+    """Render a pydantic error as ``Invalid Spec: nodes: must be at least 1`` lines."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or what
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}")
+    return f"Invalid {what}:\n" + "\n".join(lines)

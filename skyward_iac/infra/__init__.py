@@ -1,0 +1,1 @@
+"""Pulumi: the engine, stacks and the programs that declare a cluster."""

@@ -1,0 +1,105 @@
+"""Finding the Pulumi engine and the environment every Pulumi command runs with.
+
+skyward_iac never downloads the engine: ``scripts/setup`` (tools/pulumi/build.sh) builds it from
+Go modules into ``~/.skyward/pulumi/<version>/bin``; a ``pulumi`` on PATH of the same version or
+newer also works, and ``$SKYWARD_PULUMI_ROOT`` names any other installation (``<root>/bin/pulumi``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from skyward_iac.api.errors import EngineNotFoundError
+from skyward_iac.infra import home
+
+LAUNCHER = "pulumi-resource-pulumi-python"
+
+
+def sdk_version() -> str:
+    """The pinned Pulumi Python SDK version; the engine must be at least this version."""
+    return importlib.metadata.version("pulumi")
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """A usable Pulumi CLI: its root (``root/bin/pulumi``), version and the launcher directory."""
+
+    root: Path
+    version: str
+    launcher_dir: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "pulumi"
+
+
+def _version_of(binary: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            [str(binary), "version"], capture_output=True, text=True, timeout=30,
+            env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
+        )
+    except OSError:
+        return None
+    return out.stdout.strip().removeprefix("v") or None
+
+
+def _at_least(found: str, wanted: str) -> bool:
+    def parts(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split("-")[0].split(".") if p.isdigit())
+
+    return parts(found) >= parts(wanted)
+
+
+@functools.cache
+def find_engine() -> Engine:
+    """Locate the engine, or raise ``EngineNotFoundError`` saying exactly how to install it."""
+    wanted = sdk_version()
+    cache = home.skyward_home() / "pulumi" / f"v{wanted}" / "bin"
+    candidates: list[Path] = []
+    if explicit := os.environ.get("SKYWARD_PULUMI_ROOT"):
+        candidates.append(Path(explicit) / "bin" / "pulumi")
+    candidates.append(cache / "pulumi")
+    if on_path := shutil.which("pulumi"):
+        candidates.append(Path(on_path))
+    tried = []
+    for binary in candidates:
+        version = _version_of(binary) if binary.is_file() else None
+        tried.append(f"{binary} ({version or 'missing'})")
+        if version and _at_least(version, wanted):
+            launcher_dir = binary.parent if (binary.parent / LAUNCHER).is_file() else cache
+            if not (launcher_dir / LAUNCHER).is_file():
+                raise EngineNotFoundError(
+                    f"found pulumi {version} at {binary} but not the dynamic-provider launcher "
+                    f"{LAUNCHER}; run scripts/setup (or tools/pulumi/build.sh) to install it"
+                )
+            return Engine(binary.parent.parent, version, launcher_dir)
+    raise EngineNotFoundError(
+        f"no Pulumi engine >= {wanted} found (tried: {', '.join(tried)}).\n"
+        "Install it with `scripts/setup` from the skyward_iac checkout, or build just the engine "
+        "with `bash tools/pulumi/build.sh` (needs Go >= 1.25 and the Go module proxy), or set "
+        "SKYWARD_PULUMI_ROOT to a directory whose bin/ holds pulumi of that version."
+    )
+
+
+def engine_env(engine: Engine) -> dict[str, str]:
+    """Environment for every Pulumi command: file backend, secrets, no network side trips."""
+    path = os.environ.get("PATH", "")
+    return {
+        "PULUMI_BACKEND_URL": f"file://{home.state_dir()}",
+        "PULUMI_CONFIG_PASSPHRASE": home.passphrase(),
+        "PULUMI_HOME": str(home.skyward_home() / "pulumi-home"),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "false",
+        # The dynamic-provider launcher runs the provider with the client's own interpreter.
+        "PULUMI_PYTHON_CMD": sys.executable,
+        "PATH": os.pathsep.join([str(engine.launcher_dir), str(engine.binary.parent), path]),
+    }

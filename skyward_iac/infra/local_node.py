@@ -1,0 +1,264 @@
+"""The Local provider's one resource: a node made of a sandbox, a loopback address and an sshd.
+
+This module is referenced by pickled providers in existing stacks: do not move or rename
+``LocalNodeProvider``.
+"""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+from pulumi.dynamic import UpdateResult
+
+from skyward_iac.infra.keys import generate_keypair
+
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
+SANDBOX_ENV = "SKYWARD_LOCAL_SANDBOX"
+
+
+def sshd_binary() -> str:
+    """Path of OpenSSH's sshd, or a RuntimeError saying how to install it."""
+    for candidate in (shutil.which("sshd"), *SSHD_CANDIDATES):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError("sshd not found: install openssh-server (scripts/setup does it)")
+
+
+def _free_address(port: int | None) -> tuple[str, int]:
+    """A loopback address (and port) nobody listens on, picked at random in 127.64.0.0/10."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        address = f"127.{rng.randint(64, 127)}.{rng.randint(0, 255)}.{rng.randint(2, 254)}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((address, port or 0))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    continue
+                raise
+            return address, probe.getsockname()[1]
+    raise RuntimeError("no free loopback address found")
+
+
+def _sshd_config(sandbox: Path, address: str, port: int, user: str) -> str:
+    return "\n".join([
+        f"ListenAddress {address}:{port}",
+        f"HostKey {sandbox}/etc/ssh_host_ed25519_key",
+        f"PidFile {sandbox}/run/sshd.pid",
+        f"AuthorizedKeysFile {sandbox}/etc/authorized_keys",
+        f"AllowUsers {user}",
+        "PermitRootLogin prohibit-password",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        # The sandbox lives under the user's home or /tmp; sshd's ownership checks would refuse it.
+        "StrictModes no",
+        "AllowTcpForwarding local",
+        "AllowAgentForwarding no",
+        "X11Forwarding no",
+        "PermitTunnel no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "MaxSessions 64",
+        "MaxStartups 64:30:128",
+        "ClientAliveInterval 15",
+        f"SetEnv {SANDBOX_ENV}={sandbox}",
+        "Subsystem sftp internal-sftp",
+        "LogLevel INFO",
+        "",
+    ])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    state = Path(f"/proc/{pid}/stat")
+    try:
+        return state.read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def sandbox_processes(sandbox: Path) -> list[int]:
+    """Pids of every process belonging to a sandbox: by pid file, cwd, command line or env."""
+    marker = str(sandbox)
+    # Compare whole path components: node-1 must not match node-10.
+    in_cmdline, in_env = f"{marker}/".encode(), f"{SANDBOX_ENV}={marker}\0".encode()
+    found: set[int] = set()
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cwd = os.readlink(proc / "cwd")
+            if (
+                cwd == marker
+                or cwd.startswith(f"{marker}/")
+                or in_cmdline in (proc / "cmdline").read_bytes()
+                or in_env in (proc / "environ").read_bytes()
+            ):
+                found.add(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    # Descendants too: sshd's per-connection children rewrite their command line.
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= children
+        grew = bool(children)
+    return sorted(pid for pid in found if _alive(pid))
+
+
+def stop_sandbox(sandbox: Path, grace: float = 5.0) -> None:
+    """Stop every process of a sandbox (TERM, then KILL after ``grace``) and remove it."""
+    pids = sandbox_processes(sandbox)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
+        while time.monotonic() < deadline and (pids := [p for p in pids if _alive(p)]):
+            time.sleep(0.05)
+        if not pids:
+            break
+    shutil.rmtree(sandbox, ignore_errors=True)
+    try:
+        sandbox.parent.rmdir()  # the stack's directory, once its last node is gone
+    except OSError:
+        pass
+
+
+def _wait_listening(address: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+class LocalNodeProvider(ResourceProvider):
+    """CRUD for one Local node: a directory, a loopback address and a detached OpenSSH sshd."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        sandbox = Path(props["sandbox_root"]) / props["stack"] / f"node-{int(props['index'])}"
+        if sandbox.exists():
+            stop_sandbox(sandbox)
+        for sub in ("etc", "run", "log", "work"):
+            (sandbox / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+        user = props.get("user") or getpass.getuser()
+        address, port = _free_address(22 if os.geteuid() == 0 else None)
+        host_key = generate_keypair(f"skyward-{props['stack']}-node-{int(props['index'])}")
+        _write(sandbox / "etc" / "ssh_host_ed25519_key", host_key.private_pem, 0o600)
+        _write(sandbox / "etc" / "authorized_keys", props["authorized_key"] + "\n", 0o600)
+        _write(sandbox / "etc" / "sshd_config", _sshd_config(sandbox, address, port, user), 0o600)
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
+        # sshd daemonizes itself (double fork, new session), so it outlives this provider process.
+        started = subprocess.run(
+            [sshd_binary(), "-f", str(sandbox / "etc" / "sshd_config"),
+             "-E", str(sandbox / "log" / "sshd.log")],
+            capture_output=True, text=True, timeout=30,
+        )
+        if started.returncode != 0:
+            log = (sandbox / "log" / "sshd.log").read_text(errors="replace")[-2000:]
+            stop_sandbox(sandbox)
+            raise RuntimeError(f"sshd failed to start ({started.returncode}): {started.stderr}{log}")
+        try:
+            _wait_listening(address, port, timeout=10)
+        except OSError as exc:
+            stop_sandbox(sandbox)
+            raise RuntimeError(f"sshd of {sandbox.name} never listened on {address}:{port}") from exc
+        outs = {
+            **props,
+            "user": user,
+            "address": address,
+            "port": port,
+            "host_key": host_key.public,
+            "sandbox": str(sandbox),
+            "workdir": str(sandbox / "work"),
+            "sshd_pid": _read_pid(sandbox / "run" / "sshd.pid") or 0,
+        }
+        return CreateResult(id_=f"{props['stack']}/node-{int(props['index'])}", outs=outs)
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        sandbox = Path(props.get("sandbox", ""))
+        pid = _read_pid(sandbox / "run" / "sshd.pid") if props.get("sandbox") else None
+        if pid is None or not _alive(pid):
+            return ReadResult(id_=None, outs={})  # gone: a refresh drops it from the stack
+        return ReadResult(id_=id_, outs=props)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = [k for k in ("stack", "index", "sandbox_root", "user") if olds.get(k) != news.get(k)]
+        changes = replaces + (["authorized_key"] if olds.get("authorized_key") != news.get("authorized_key") else [])
+        return DiffResult(changes=bool(changes), replaces=replaces, delete_before_replace=True)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # Only the authorized key changes in place; sshd reads the file on every login.
+        _write(Path(olds["sandbox"]) / "etc" / "authorized_keys", news["authorized_key"] + "\n", 0o600)
+        return UpdateResult(outs={**olds, "authorized_key": news["authorized_key"]})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        if props.get("sandbox"):
+            stop_sandbox(Path(props["sandbox"]))
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    os.chmod(path, mode)
+
+
+class LocalNode(Resource, module="skyward", name="LocalNode"):
+    """A Local node in a stack; outputs address, port, user, host_key, workdir, sandbox."""
+
+    address: pulumi.Output[str]
+    port: pulumi.Output[int]
+    user: pulumi.Output[str]
+    host_key: pulumi.Output[str]
+    workdir: pulumi.Output[str]
+    sandbox: pulumi.Output[str]
+    sshd_pid: pulumi.Output[int]
+
+    def __init__(
+        self, name: str, *, stack: str, index: int, authorized_key: pulumi.Input[str],
+        sandbox_root: str, opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "stack": stack, "index": index, "authorized_key": authorized_key,
+            "sandbox_root": sandbox_root, "user": getpass.getuser(),
+            "address": None, "port": None, "host_key": None, "workdir": None,
+            "sandbox": None, "sshd_pid": None,
+        }
+        super().__init__(LocalNodeProvider(), name, props, opts)

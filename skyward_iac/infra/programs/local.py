@@ -1,0 +1,40 @@
+"""The Local provider's stack: credentials plus one ``LocalNode`` per requested node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pulumi
+
+from skyward_iac.infra.credentials import StackCredentials
+from skyward_iac.infra.home import local_nodes_dir
+from skyward_iac.infra.local_node import LocalNode
+from skyward_iac.infra.programs import ClusterRequest
+
+
+def local_program(request: ClusterRequest) -> Callable[[], None]:
+    """Declare ``request.node_count`` Local nodes that trust the stack's SSH key."""
+
+    def program() -> None:
+        credentials = StackCredentials("credentials", stack=request.stack_name)
+        sandbox_root = str(local_nodes_dir())
+        nodes = []
+        for index in range(request.node_count):
+            node = LocalNode(
+                f"node-{index}", stack=request.stack_name, index=index,
+                authorized_key=credentials.ssh_public_key, sandbox_root=sandbox_root,
+            )
+            nodes.append({
+                "index": index,
+                "private_address": node.address,
+                "public_address": node.address,
+                "ssh_port": node.port,
+                "ssh_user": node.user,
+                "host_key": node.host_key,
+                "workdir": node.workdir,
+            })
+        pulumi.export("nodes", nodes)
+        pulumi.export("ssh_private_key", credentials.ssh_private_key)
+        pulumi.export("agent_token", credentials.agent_token)
+
+    return program

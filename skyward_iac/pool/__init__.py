@@ -1,0 +1,1 @@
+"""Orchestration: a Compute block brings a stack up, connects its nodes and dispatches tasks."""

@@ -1,0 +1,64 @@
+"""One ready node of a pool: its SSH connection and its agent connection."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import fabric
+
+from skyward_iac.api.spec import Options, Spec
+from skyward_iac.infra.stack import ClusterOutputs, NodeAddress
+from skyward_iac.remote import ssh
+from skyward_iac.remote.agent_client import AgentClient
+from skyward_iac.remote.bootstrap import BootstrapPlan, bootstrap
+
+
+def plan_for(address: NodeAddress, spec: Spec, options: Options) -> BootstrapPlan:
+    """How to bootstrap ``address`` for ``spec``: interpreter, uv, packages, env, slots."""
+    client_minor = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wanted = client_minor if spec.image.python == "auto" else spec.image.python
+    uv: str | None = None
+    python = wanted
+    if spec.provider.kind == "local":
+        import uv as uv_package
+
+        uv = uv_package.find_uv_bin()
+        if wanted == client_minor:
+            python = sys.executable  # same machine: use this very interpreter, no discovery
+    return BootstrapPlan(
+        node=address.index, workdir=address.workdir, python=python, uv=uv,
+        pip=spec.image.pip, env=dict(spec.image.env),
+        concurrency=options.worker.concurrency,
+        timeout=options.bootstrap_timeout or spec.image.bootstrap_timeout,
+    )
+
+
+@dataclass
+class Node:
+    """A connected, bootstrapped node with its agent ready for tasks."""
+
+    address: NodeAddress
+    connection: fabric.Connection
+    agent: AgentClient
+
+    @classmethod
+    def start(cls, address: NodeAddress, outputs: ClusterOutputs, plan: BootstrapPlan,
+              ssh_timeout: float) -> Node:
+        """Connect over SSH (pinned host key), bootstrap, and open the agent tunnel."""
+        connection = ssh.connect(address, outputs.ssh_private_key, ssh_timeout)
+        try:
+            port = bootstrap(connection, plan, outputs.agent_token)
+            channel = ssh.open_tunnel(connection, port, ssh_timeout)
+            agent = AgentClient(channel, outputs.agent_token, address.index)
+        except BaseException:
+            connection.close()
+            raise
+        return cls(address, connection, agent)
+
+    def close(self) -> None:
+        """Close the agent channel and the SSH connection (the node itself keeps running)."""
+        try:
+            self.agent.close()
+        finally:
+            self.connection.close()
