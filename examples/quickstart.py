@@ -23,7 +23,7 @@ def square(x: int) -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("paramiko").setLevel(logging.WARNING)
     with sky.Compute(provider=sky.Local(), nodes=2) as pool:
         print(hello(21) >> pool)

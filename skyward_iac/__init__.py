@@ -22,6 +22,7 @@ from skyward_iac.api.errors import (
     ProvisionError,
     RemoteError,
     SkywardError,
+    StackNotFoundError,
 )
 from skyward_iac.api.function import Function, PendingFunction, function
 from skyward_iac.api.providers import AWS, GCP, Local
@@ -47,5 +48,6 @@ __all__ = [
     "AWS", "BootstrapError", "Compute", "ConfigError", "EngineNotFoundError", "Function", "GCP",
     "HostKeyMismatchError", "Image", "Local", "NoActivePoolError", "NodeConnectionError", "Nodes",
     "Options", "PendingFunction", "Pool", "ProvisionError", "RemoteError", "SkywardError", "Spec",
+    "StackNotFoundError",
     "Worker", "__version__", "accelerators", "function",
 ]

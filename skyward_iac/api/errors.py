@@ -46,3 +46,7 @@ class RemoteError(SkywardError):
 
 class NoActivePoolError(SkywardError, RuntimeError):
     """A dispatch targeted `sky` outside any `with sky.Compute(...)` block."""
+
+
+class StackNotFoundError(SkywardError):
+    """No stack of that name exists in the backend."""

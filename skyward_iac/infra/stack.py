@@ -18,7 +18,7 @@ from typing import Any
 
 import pulumi.automation as auto
 
-from skyward_iac.api.errors import ProvisionError
+from skyward_iac.api.errors import ProvisionError, StackNotFoundError
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra import engine, home
 from skyward_iac.infra.programs import ClusterRequest, program_for
@@ -120,8 +120,14 @@ class ClusterStack:
     @classmethod
     def select(cls, name: str) -> ClusterStack:
         """Open an existing stack (for destroy, history or gc); its program is never run."""
-        stack = auto.select_stack(name, project_name=PROJECT, program=lambda: None,
-                                  opts=_workspace_options())
+        try:
+            stack = auto.select_stack(name, project_name=PROJECT, program=lambda: None,
+                                      opts=_workspace_options())
+        except auto.errors.StackNotFoundError:
+            raise StackNotFoundError(
+                f"no stack named {name!r} in {home.state_dir()} (is SKYWARD_HOME the same as when "
+                "it was created?)"
+            ) from None
         return cls(stack)
 
     def up(self, on_output: Callable[[str], Any] | None = None) -> ClusterOutputs:

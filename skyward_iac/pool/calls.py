@@ -2,15 +2,45 @@
 
 from __future__ import annotations
 
+import sys
+import sysconfig
+from pathlib import Path
 from typing import Any
+
+import cloudpickle
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import PendingFunction
 from skyward_iac.remote import protocol
 
+_INSTALLED_ROOTS = tuple(
+    Path(p).resolve()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    if (p := sysconfig.get_paths().get(key))
+)
+_by_value: set[str] = set()
+
+
+def ship_module_by_value(fn: Any) -> None:
+    """Pickle the module defining ``fn`` by value when nodes cannot import it.
+
+    A function's helpers and classes living in the user's own project (not installed in
+    site-packages) would otherwise be pickled by reference and fail to import on the node.
+    """
+    name = getattr(fn, "__module__", None)
+    module = sys.modules.get(name or "")
+    if module is None or name in _by_value or name == "__main__" or name.startswith("skyward_iac"):
+        return
+    file = getattr(module, "__file__", None)
+    if not file or any(Path(file).resolve().is_relative_to(root) for root in _INSTALLED_ROOTS):
+        return
+    cloudpickle.register_pickle_by_value(module)
+    _by_value.add(name)
+
 
 def pack_call(pending: PendingFunction[Any]) -> bytes:
     """Pickle ``(fn, args, kwargs)``; an unpicklable part raises ``ConfigError`` naming it."""
+    ship_module_by_value(pending.fn)
     try:
         return protocol.dumps((pending.fn, pending.args, pending.kwargs))
     except Exception as exc:

@@ -6,10 +6,12 @@ bootstrap -> agent -> tasks; and on the way out: agents closed -> ``destroy``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import Token
 from types import TracebackType
@@ -124,20 +126,25 @@ class Compute:
         engine.find_engine()  # and so does a missing engine
         self.stack: ClusterStack | None = None
         self.pool: Pool | None = None
+        #: Seconds spent in each phase: create, up, nodes (SSH + bootstrap + agent), destroy.
+        self.timings: dict[str, float] = {}
         self._context: Token[Dispatcher | None] | None = None
 
     def __enter__(self) -> Pool:
         started = time.monotonic()
         try:
-            self.stack = ClusterStack.create(self.request, stack_tags(self.spec, self.node_count))
+            with self._phase("create"):
+                self.stack = ClusterStack.create(self.request, stack_tags(self.spec, self.node_count))
             log.info("stack %s: bringing up %d node(s)", self.stack_name, self.node_count)
-            outputs = self.stack.up()
-            log.info("stack %s: up in %.1fs", self.stack_name, time.monotonic() - started)
-            self.pool = Pool(self.stack_name, self._start_nodes(outputs), self.options)
+            with self._phase("up"):
+                outputs = self.stack.up()
+            with self._phase("nodes"):
+                self.pool = Pool(self.stack_name, self._start_nodes(outputs), self.options)
         except BaseException:
             self._teardown()
             raise
-        log.info("pool %s ready in %.1fs", self.stack_name, time.monotonic() - started)
+        log.info("pool %s ready in %.1fs (%s)", self.stack_name, time.monotonic() - started,
+                 ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
         self._context = active_pool.set(self.pool)
         return self.pool
 
@@ -172,6 +179,14 @@ class Compute:
             self.pool.close()
             self.pool = None
         if self.stack is not None:
-            started = time.monotonic()
-            self.stack.destroy()
-            log.info("stack %s: destroyed in %.1fs", self.stack_name, time.monotonic() - started)
+            with self._phase("destroy"):
+                self.stack.destroy()
+            log.info("stack %s: destroyed in %.1fs", self.stack_name, self.timings["destroy"])
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = time.monotonic() - started

@@ -1,0 +1,80 @@
+"""The ``skyward-iac`` command: inspect the engine and the stacks skyward_iac keeps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from skyward_iac import __version__
+from skyward_iac.api.errors import SkywardError
+
+
+def _version(args: argparse.Namespace) -> int:
+    from skyward_iac.infra import engine
+
+    found = engine.find_engine()
+    if args.json:
+        print(json.dumps({"skyward_iac": __version__, "pulumi": found.version,
+                          "engine": str(found.binary)}))
+    else:
+        print(f"skyward_iac {__version__}\npulumi {found.version} ({found.binary})")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from skyward_iac.infra.stack import ClusterStack
+
+    stack = ClusterStack.select(args.stack)
+    updates = stack.history()
+    report = {
+        "stack": args.stack,
+        "tags": stack.tags(),
+        "resources": stack.resource_count(),
+        "updates": [
+            {"version": u.version, "kind": u.kind, "result": u.result,
+             "start": u.start_time.isoformat(), "end": u.end_time.isoformat() if u.end_time else None,
+             "changes": u.resource_changes or {}}
+            for u in updates
+        ],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"stack {args.stack}: {report['resources']} resource(s) now")
+    for key, value in sorted(report["tags"].items()):
+        print(f"  {key:<11} {value}")
+    print("updates (newest first):")
+    for u in report["updates"]:
+        changes = ", ".join(f"{k} {v}" for k, v in u["changes"].items()) or "no changes"
+        print(f"  #{u['version']:<3} {u['kind']:<8} {u['result']:<10} {u['start']}  {changes}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser, one sub-command per action."""
+    root = argparse.ArgumentParser(prog="skyward-iac", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    version = commands.add_parser("version", help="versions of skyward_iac and its Pulumi engine")
+    version.add_argument("--json", action="store_true", help="machine-readable output")
+    version.set_defaults(run=_version)
+    show = commands.add_parser("show", help="a stack's tags, resources and update history")
+    show.add_argument("stack", help="stack name, as printed when the pool started")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(run=_show)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``skyward-iac``; exit code 0 on success, 1 on a skyward error."""
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SkywardError as exc:
+        print(f"skyward-iac: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

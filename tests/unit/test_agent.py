@@ -1,0 +1,78 @@
+"""The worker agent as a real process on loopback: token check first, then tasks."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.remote import protocol
+from skyward_iac.remote.agent_client import AgentClient
+from skyward_iac.remote.protocol import Welcome
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    work = tmp_path_factory.mktemp("agent")
+    (work / "token").write_text(TOKEN)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skyward_iac.remote.agent", "--token-file", str(work / "token"),
+         "--port-file", str(work / "port"), "--concurrency", "2", "--node", "3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    port_file = Path(work / "port")
+    deadline = time.monotonic() + 20
+    while not port_file.exists():
+        assert time.monotonic() < deadline and process.poll() is None, "agent did not start"
+        time.sleep(0.05)
+    yield int(port_file.read_text())
+    process.terminate()
+    process.wait(10)
+
+
+def test_wrong_token_is_disconnected_without_a_greeting(agent: int) -> None:
+    with socket.create_connection(("127.0.0.1", agent)) as sock:
+        protocol.send(sock, protocol.encode_raw(b"not-the-token"))
+        sock.settimeout(5)
+        assert sock.recv(1) == b""
+
+
+def test_pickle_before_token_is_never_read(agent: int) -> None:
+    with socket.create_connection(("127.0.0.1", agent)) as sock:
+        protocol.send(sock, protocol.encode(Welcome(0, 0, "x")))
+        sock.settimeout(5)
+        assert sock.recv(1) == b""
+
+
+def test_valid_token_gets_welcome_and_runs_tasks(agent: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", agent))
+    client = AgentClient(sock, TOKEN, node=3)
+    try:
+        assert client.welcome.node == 3
+        payload = protocol.dumps((pow, (2, 10), {}))
+        assert client.submit("pow", payload, timeout=10).result(10) == 1024
+        failing = protocol.dumps((int, ("nope",), {}))
+        with pytest.raises(ValueError, match="invalid literal"):
+            client.submit("int", failing, timeout=10).result(10)
+    finally:
+        client.close()
+
+
+def test_timeout_fails_the_future_and_later_tasks_still_run(agent: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", agent))
+    client = AgentClient(sock, TOKEN, node=3)
+    try:
+        slow = protocol.dumps((time.sleep, (2,), {}))
+        with pytest.raises(TimeoutError, match="sleep did not finish within its timeout of 0.2s"):
+            client.submit("sleep", slow, timeout=0.2).result(10)
+        quick = protocol.dumps((abs, (-4,), {}))
+        assert client.submit("abs", quick, timeout=10).result(10) == 4
+    finally:
+        client.close()

@@ -1,0 +1,51 @@
+"""Engine discovery: the pinned version, and an actionable error when it is missing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.api.errors import EngineNotFoundError
+from skyward_iac.infra import engine, home
+
+
+def test_found_engine_matches_the_sdk_version() -> None:
+    found = engine.find_engine()
+    assert found.version == engine.sdk_version()
+    assert (found.launcher_dir / engine.LAUNCHER).is_file()
+
+
+def test_missing_engine_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYWARD_PULUMI_ROOT", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    engine.find_engine.cache_clear()
+    try:
+        with pytest.raises(EngineNotFoundError) as caught:
+            engine.find_engine()
+    finally:
+        engine.find_engine.cache_clear()
+    message = str(caught.value)
+    assert engine.sdk_version() in message
+    assert "scripts/setup" in message and "tools/pulumi/build.sh" in message
+
+
+def test_generated_passphrase_is_private_and_stable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path))
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    first = home.passphrase()
+    assert home.passphrase() == first and len(first) >= 32
+    assert oct((tmp_path / "passphrase").stat().st_mode & 0o777) == "0o600"
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "from-env")
+    assert home.passphrase() == "from-env"
+
+
+def test_engine_env_never_downloads_and_uses_the_file_backend() -> None:
+    env = engine.engine_env(engine.find_engine())
+    assert env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
+    assert env["PULUMI_BACKEND_URL"] == f"file://{home.state_dir()}"
+    assert env["PATH"].split(os.pathsep)[0] == str(engine.find_engine().launcher_dir)
