@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 
 import pytest
@@ -48,8 +49,9 @@ def test_bad_timeouts_are_rejected(bad: object) -> None:
 
 
 def test_dispatch_to_sky_outside_a_pool_explains_itself() -> None:
+    # A fresh context: a pool shared by other tests in this session must not leak in.
     with pytest.raises(sky.NoActivePoolError, match="inside `with sky.Compute"):
-        add(1) >> sky
+        contextvars.Context().run(lambda: add(1) >> sky)
 
 
 def test_dispatch_to_something_else_is_a_type_error() -> None:
