@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from skyward_iac.api import accelerators
+from skyward_iac.api import accelerators, time
 from skyward_iac.api.errors import (
     BootstrapError,
     ConfigError,
@@ -23,17 +23,45 @@ from skyward_iac.api.errors import (
     RemoteError,
     SkywardError,
     StackNotFoundError,
+    WorkerCrashedError,
 )
-from skyward_iac.api.function import Function, PendingFunction, function
+from skyward_iac.api.function import (
+    Function,
+    PendingFunction,
+    PendingFunctionGroup,
+    function,
+    gather,
+)
 from skyward_iac.api.providers import AWS, GCP, Local
+from skyward_iac.api.runtime import (
+    AcceleratorInfo,
+    CallbackWriter,
+    InstanceInfo,
+    NetworkInfo,
+    PeerInfo,
+    instance_info,
+    is_head,
+    redirect_output,
+    shard,
+    silent,
+    stderr,
+    stdout,
+)
 from skyward_iac.api.spec import Image, Nodes, Options, Spec, Worker
 
 if TYPE_CHECKING:
-    from skyward_iac.pool.compute import Compute, Pool
+    from skyward_iac.orchestration.compute import Compute, MultiPool, Session, pool
+    from skyward_iac.orchestration.pool import Pool
 
 __version__ = "0.1.0"
 
-_LAZY = {"Compute": "skyward_iac.pool.compute", "Pool": "skyward_iac.pool.compute"}
+_LAZY = {
+    "Compute": "skyward_iac.orchestration.compute",
+    "MultiPool": "skyward_iac.orchestration.compute",
+    "Session": "skyward_iac.orchestration.compute",
+    "pool": "skyward_iac.orchestration.compute",
+    "Pool": "skyward_iac.orchestration.pool",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -45,9 +73,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AWS", "BootstrapError", "Compute", "ConfigError", "EngineNotFoundError", "Function", "GCP",
-    "HostKeyMismatchError", "Image", "Local", "NoActivePoolError", "NodeConnectionError", "Nodes",
-    "Options", "PendingFunction", "Pool", "ProvisionError", "RemoteError", "SkywardError", "Spec",
-    "StackNotFoundError",
-    "Worker", "__version__", "accelerators", "function",
+    "AWS", "AcceleratorInfo", "BootstrapError", "CallbackWriter", "Compute", "ConfigError",
+    "EngineNotFoundError", "Function", "GCP", "HostKeyMismatchError", "Image", "InstanceInfo",
+    "Local", "MultiPool", "NetworkInfo", "NoActivePoolError", "NodeConnectionError", "Nodes",
+    "Options", "PeerInfo", "PendingFunction", "PendingFunctionGroup", "Pool", "ProvisionError",
+    "RemoteError", "Session", "SkywardError", "Spec", "StackNotFoundError", "Worker",
+    "WorkerCrashedError", "__version__", "accelerators", "function", "gather", "instance_info",
+    "is_head", "pool", "redirect_output", "shard", "silent", "stderr", "stdout", "time",
 ]

@@ -50,3 +50,7 @@ class NoActivePoolError(SkywardError, RuntimeError):
 
 class StackNotFoundError(SkywardError):
     """No stack of that name exists in the backend."""
+
+
+class WorkerCrashedError(SkywardError):
+    """The process running a task died (os._exit, a signal, out of memory); the node lives on."""

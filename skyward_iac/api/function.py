@@ -8,12 +8,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, TypeVarTuple, Unpack, overload
 
 from skyward_iac.api.errors import ConfigError, NoActivePoolError
 
 P = ParamSpec("P")
 T = TypeVar("T")
+U = TypeVar("U")
+Ts = TypeVarTuple("Ts")
 
 
 class Dispatcher(Protocol):
@@ -26,6 +28,8 @@ class Dispatcher(Protocol):
     ) -> Future[T]: ...
 
     def broadcast(self, pending: PendingFunction[T]) -> list[T]: ...
+
+    def run_parallel(self, group: PendingFunctionGroup[Unpack[Ts]]) -> Any: ...
 
 
 active_pool: ContextVar[Dispatcher | None] = ContextVar("skyward_active_pool", default=None)
@@ -41,7 +45,7 @@ def resolve_target(target: object) -> Dispatcher:
                 "`with sky.Compute(...) as pool:` or dispatch to the pool object itself"
             )
         return pool
-    if all(hasattr(target, m) for m in ("run", "run_async", "broadcast")):
+    if all(hasattr(target, m) for m in ("run", "run_async", "broadcast", "run_parallel")):
         return target  # type: ignore[return-value]
     raise TypeError(f"cannot dispatch to {type(target).__name__!r}: expected a pool or `sky`")
 
@@ -76,6 +80,55 @@ class PendingFunction(Generic[T]):
 
     def __gt__(self, target: object) -> Future[T]:
         return resolve_target(target).run_async(self)
+
+    def __and__(self, other: PendingFunction[U]) -> PendingFunctionGroup[T, U]:
+        return PendingFunctionGroup((self, _pending(other)))
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFunctionGroup(Generic[Unpack[Ts]]):
+    """Calls to run in parallel: built by ``a() & b()`` or ``sky.gather(...)``.
+
+    Only ``>>`` dispatches a group; the result is a tuple in submission order (each position
+    keeps its own type), or a generator when ``stream=True``.
+    """
+
+    items: tuple[PendingFunction[Any], ...]
+    stream: bool = False
+    ordered: bool = True
+
+    def __and__(self, other: PendingFunction[U]) -> PendingFunctionGroup[Unpack[Ts], U]:
+        return PendingFunctionGroup((*self.items, _pending(other)), self.stream, self.ordered)
+
+    def __rshift__(self, target: object) -> tuple[Unpack[Ts]]:
+        return resolve_target(target).run_parallel(self)  # type: ignore[no-any-return]
+
+    def __matmul__(self, target: object) -> Any:
+        raise TypeError("a group runs with >> only; broadcast (@) takes a single call")
+
+    def __gt__(self, target: object) -> Any:
+        raise TypeError("a group runs with >> only; use > on a single call for a Future")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def gather(
+    *pendings: PendingFunction[Any], stream: bool = False, ordered: bool = True
+) -> PendingFunctionGroup[Unpack[tuple[Any, ...]]]:
+    """Group calls to run in parallel: ``sky.gather(*calls) >> pool`` gives a tuple, or with
+    ``stream=True`` a generator of results as they complete (``ordered=True`` keeps submission
+    order while streaming, ``ordered=False`` yields in completion order)."""
+    return PendingFunctionGroup(tuple(_pending(p) for p in pendings), stream, ordered)
+
+
+def _pending(value: object) -> PendingFunction[Any]:
+    if not isinstance(value, PendingFunction):
+        raise TypeError(
+            f"expected a call of a @sky.function (a PendingFunction), got {type(value).__name__}; "
+            "did you forget to call it, or to decorate it?"
+        )
+    return value
 
 
 class Function(Generic[P, T]):

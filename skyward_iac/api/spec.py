@@ -57,10 +57,23 @@ class Image(_Frozen):
 
 
 class Worker(_Frozen):
-    """Per-node execution: how many tasks run at once on each node."""
+    """Per-node execution: task slots, prefetching and the executor.
+
+    ``concurrency`` tasks run at once on each node; ``buffer`` more are sent ahead so a node
+    never waits for the client between short tasks. ``executor="thread"`` runs tasks as threads
+    of one worker process; ``"process"`` gives each slot its own process (CPU-bound pure Python
+    scales across cores) and ``reuse_processes=False`` a fresh process per task.
+    """
 
     concurrency: int = Field(default=1, ge=1)
-    executor: Literal["auto", "thread"] = "auto"
+    buffer: int = Field(default=0, ge=0)
+    executor: Literal["auto", "thread", "process"] = "auto"
+    reuse_processes: bool = True
+
+    @property
+    def resolved_executor(self) -> Literal["thread", "process"]:
+        """``auto`` means thread."""
+        return "process" if self.executor == "process" else "thread"
 
 
 class Options(_Frozen):

@@ -1,8 +1,11 @@
-"""The worker agent: one persistent process per node that runs tasks sent by the client.
+"""The worker agent: one persistent process per node that accepts the client's tasks.
 
 It listens on the node's loopback only (the client reaches it through an SSH direct-tcpip
 channel) and demands the per-stack token as the first frame, before it unpickles anything.
-Run as ``python -m skyward_iac.remote.agent --token-file F --port-file F [--concurrency N]``.
+Tasks run in worker subprocesses (``remote/worker.py``) admitted by ``remote/slots.py``, so a
+task that kills its process never takes the agent down.
+Run as ``python -m skyward_iac.remote.agent --token-file F --port-file F [--concurrency N]
+[--executor thread|process] [--fresh-processes]``.
 """
 
 from __future__ import annotations
@@ -15,81 +18,38 @@ import signal
 import socket
 import sys
 import threading
-import traceback
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import cloudpickle
-
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Cancel, Failure, Result, Task, Welcome
+from skyward_iac.remote.protocol import Cancel, Configure, Task, Welcome
+from skyward_iac.remote.slots import Slots
 
 HANDSHAKE_TIMEOUT = 10.0
 log = logging.getLogger("skyward.agent")
 
 
-def describe_failure(exc: BaseException) -> Failure:
-    """Capture an exception for the client: pickled when possible, always with its traceback."""
-    try:
-        pickled: bytes | None = protocol.dumps(exc)
-        cloudpickle.loads(pickled)  # some exceptions pickle but cannot be rebuilt
-    except Exception:
-        pickled = None
-    kind = type(exc)
-    return Failure(
-        type_name=f"{kind.__module__}.{kind.__qualname__}",
-        message=str(exc),
-        traceback="".join(traceback.format_exception(exc)),
-        exception=pickled,
-    )
-
-
-def run_task(task: Task) -> Result:
-    """Unpickle and call a task's function; never raises."""
-    try:
-        fn, args, kwargs = cloudpickle.loads(task.payload)
-        value = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
-        return Result(task.task_id, failure=describe_failure(exc))
-    try:
-        return Result(task.task_id, value=protocol.dumps(value))
-    except Exception as exc:
-        wrapped = TypeError(f"the result of {task.name} cannot be pickled: {exc}")
-        return Result(task.task_id, failure=describe_failure(wrapped))
-
-
 class Connection:
-    """One authenticated client connection: reads tasks, sends results as they finish."""
+    """One authenticated client connection: hands tasks to the slots, relays their messages."""
 
-    def __init__(self, sock: socket.socket, executor: ThreadPoolExecutor, node: int) -> None:
+    def __init__(self, sock: socket.socket, slots: Slots) -> None:
         self.sock = sock
-        self.executor = executor
-        self.node = node
+        self.slots = slots
         self.send_lock = threading.Lock()
-        self.cancelled: set[int] = set()
 
     def send(self, message: object) -> None:
         frames = protocol.encode(message)
         with self.send_lock:
             protocol.send(self.sock, frames)
 
-    def finish(self, task: Task) -> None:
-        result = run_task(task)
-        if task.task_id in self.cancelled:
-            self.cancelled.discard(task.task_id)
-            return
-        try:
-            self.send(result)
-        except OSError:
-            log.warning("client gone before result of task %s", task.task_id)
-
     def serve(self) -> None:
         while True:
             message = protocol.read_message(self.sock)
             if isinstance(message, Task):
-                self.executor.submit(self.finish, message)
+                self.slots.submit(message, self)
             elif isinstance(message, Cancel):
-                self.cancelled.add(message.task_id)
+                self.slots.cancel(message.task_id)
+            elif isinstance(message, Configure):
+                self.slots.configure(message.instance)
 
 
 def authenticate(sock: socket.socket, token: bytes) -> bool:
@@ -103,14 +63,14 @@ def authenticate(sock: socket.socket, token: bytes) -> bool:
     return flags == protocol.RAW and hmac.compare_digest(payload, token)
 
 
-def handle(sock: socket.socket, token: bytes, executor: ThreadPoolExecutor, node: int) -> None:
+def handle(sock: socket.socket, token: bytes, slots: Slots) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     with sock:
         if not authenticate(sock, token):
             log.warning("rejected a connection without the stack token")
             return
-        connection = Connection(sock, executor, node)
-        connection.send(Welcome(node=node, pid=os.getpid(), python=sys.version.split()[0]))
+        connection = Connection(sock, slots)
+        connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0]))
         try:
             connection.serve()
         except (protocol.ConnectionClosed, OSError):
@@ -129,21 +89,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-file", type=Path, required=True)
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--executor", choices=("thread", "process"), default="thread")
+    parser.add_argument("--fresh-processes", action="store_true",
+                        help="process executor: a new process for every task")
     parser.add_argument("--node", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     token = args.token_file.read_bytes().strip()
     server = socket.create_server((args.bind, 0), backlog=64)
-    executor = ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="task")
+    if args.executor == "process":
+        slots = Slots(args.concurrency, 1, once=args.fresh_processes, node=args.node)
+    else:
+        slots = Slots(1, args.concurrency, once=False, node=args.node)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     write_atomically(args.port_file, str(server.getsockname()[1]))
     log.info("agent of node %s listening on %s", args.node, server.getsockname())
     while True:
         sock, _ = server.accept()
-        threading.Thread(
-            target=handle, args=(sock, token, executor, args.node), daemon=True
-        ).start()
+        threading.Thread(target=handle, args=(sock, token, slots), daemon=True).start()
 
 
 if __name__ == "__main__":

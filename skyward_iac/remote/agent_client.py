@@ -10,6 +10,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,14 +18,25 @@ import cloudpickle
 
 from skyward_iac.api.errors import NodeConnectionError, RemoteError, SkywardError
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import ByteStream, Cancel, Failure, Result, Task, Welcome
+from skyward_iac.remote.protocol import (
+    ByteStream,
+    Cancel,
+    Configure,
+    Failure,
+    Output,
+    Result,
+    Task,
+    Welcome,
+)
 
 
 class AgentClient:
     """A multiplexed task connection to one node's agent."""
 
-    def __init__(self, stream: ByteStream, token: str, node: int) -> None:
+    def __init__(self, stream: ByteStream, token: str, node: int,
+                 on_output: Callable[[int, str, str], Any] | None = None) -> None:
         self.node = node
+        self._on_output = on_output
         self._stream = stream
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -45,6 +57,11 @@ class AgentClient:
     def in_flight(self) -> int:
         """Tasks sent and not finished yet."""
         return len(self._pending)
+
+    def configure(self, instance: dict[str, Any]) -> None:
+        """Tell the agent the node's ``InstanceInfo`` (as a dict) before any task."""
+        with self._send_lock:
+            protocol.send(self._stream, protocol.encode(Configure(instance)))
 
     def submit(self, name: str, payload: bytes, timeout: float | None) -> Future[Any]:
         """Send one task (``payload`` = pickled ``(fn, args, kwargs)``); returns its future."""
@@ -83,6 +100,8 @@ class AgentClient:
                 message = protocol.read_message(self._stream)
                 if isinstance(message, Result):
                     self._resolve(message)
+                elif isinstance(message, Output) and self._on_output is not None:
+                    self._on_output(self.node, message.stream, message.text)
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
             if not self._closed:
                 self._fail_all(NodeConnectionError(f"node {self.node}: agent connection lost: {exc}"))

@@ -31,6 +31,8 @@ class BootstrapPlan:
     pip: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     concurrency: int = 1
+    executor: str = "thread"
+    fresh_processes: bool = False
     timeout: float = 300.0
 
 
@@ -84,6 +86,7 @@ def script(plan: BootstrapPlan) -> str:
         'rm -f run/agent.port',
         'setsid "$W/venv/bin/python" -m skyward_iac.remote.agent --token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '
+        f'--executor {plan.executor} {"--fresh-processes " if plan.fresh_processes else ""}'
         '> log/agent.log 2>&1 < /dev/null &',
         'echo $! > run/agent.pid',
         'for _ in $(seq 1 600); do',

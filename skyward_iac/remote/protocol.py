@@ -43,6 +43,22 @@ class Welcome:
 
 
 @dataclass(frozen=True, slots=True)
+class Configure:
+    """The node's place in the pool (an ``InstanceInfo`` as a dict), sent after ``Welcome``."""
+
+    instance: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A piece of a running task's stdout or stderr, streamed live."""
+
+    task_id: int
+    stream: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     """Run ``payload`` (a pickled ``(fn, args, kwargs)``); ``name`` is for messages only."""
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import fabric
 
+from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.api.spec import Options, Spec
 from skyward_iac.infra.stack import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
@@ -30,6 +33,8 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options) -> BootstrapPla
         node=address.index, workdir=address.workdir, python=python, uv=uv,
         pip=spec.image.pip, env=dict(spec.image.env),
         concurrency=options.worker.concurrency,
+        executor=options.worker.resolved_executor,
+        fresh_processes=not options.worker.reuse_processes,
         timeout=options.bootstrap_timeout or spec.image.bootstrap_timeout,
     )
 
@@ -44,13 +49,17 @@ class Node:
 
     @classmethod
     def start(cls, address: NodeAddress, outputs: ClusterOutputs, plan: BootstrapPlan,
-              ssh_timeout: float) -> Node:
-        """Connect over SSH (pinned host key), bootstrap, and open the agent tunnel."""
+              ssh_timeout: float, instance: InstanceInfo,
+              on_output: Callable[[int, str, str], Any]) -> Node:
+        """Connect over SSH (pinned host key), bootstrap, open the agent tunnel, and tell the
+        agent where the node sits in the pool."""
         connection = ssh.connect(address, outputs.ssh_private_key, ssh_timeout)
         try:
             port = bootstrap(connection, plan, outputs.agent_token)
             channel = ssh.open_tunnel(connection, port, ssh_timeout)
-            agent = AgentClient(channel, outputs.agent_token, address.index)
+            agent = AgentClient(channel, outputs.agent_token, address.index, on_output)
+            agent.configure(instance.model_dump(exclude={"global_worker_index", "total_workers",
+                                                         "is_head", "hostname"}))
         except BaseException:
             connection.close()
             raise

@@ -1,0 +1,229 @@
+"""The runtime API used inside tasks: where am I (``instance_info``), my slice of the data
+(``shard``), and who may print (``stdout``/``stderr``/``silent``/``redirect_output``)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import random
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+T = TypeVar("T")
+
+
+class PeerInfo(BaseModel):
+    """One node of the pool as its peers see it."""
+
+    model_config = ConfigDict(frozen=True)
+    node: int
+    private_ip: str
+    public_ip: str
+
+
+class AcceleratorInfo(BaseModel):
+    """The accelerators of this node."""
+
+    model_config = ConfigDict(frozen=True)
+    type: str
+    count: float
+    memory_gb: float | None = None
+    is_trainium: bool = False
+
+
+class NetworkInfo(BaseModel):
+    """The node's network interface used between peers."""
+
+    model_config = ConfigDict(frozen=True)
+    interface: str = "lo"
+    bandwidth_gbps: float | None = None
+
+
+class InstanceInfo(BaseModel):
+    """This worker's place in the pool (seed 003: ``sky.instance_info()``)."""
+
+    model_config = ConfigDict(frozen=True)
+    node: int
+    worker: int = 0
+    total_nodes: int
+    workers_per_node: int = 1
+    accelerators: float = 0
+    total_accelerators: float = 0
+    head_addr: str
+    head_port: int
+    job_id: str
+    peers: list[PeerInfo]
+    accelerator: AcceleratorInfo | None = None
+    network: NetworkInfo = NetworkInfo()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def global_worker_index(self) -> int:
+        return self.node * self.workers_per_node + self.worker
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_workers(self) -> int:
+        return self.total_nodes * self.workers_per_node
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def is_head(self) -> bool:
+        return self.global_worker_index == 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def hostname(self) -> str:
+        return socket.gethostname()
+
+
+_process_instance: list[InstanceInfo] = []  # set once per worker process; threads share it
+
+
+def bind_instance(info: InstanceInfo) -> None:
+    """Called by the worker: every task in this process sees ``info``."""
+    _process_instance[:] = [info]
+
+
+def instance_info() -> InstanceInfo | None:
+    """This worker's ``InstanceInfo`` inside a task; ``None`` outside a pool."""
+    return _process_instance[0] if _process_instance else None
+
+
+def is_head(info: InstanceInfo | None = None) -> bool:
+    """True on the single head worker (global worker index 0)."""
+    info = info or instance_info()
+    return bool(info and info.is_head)
+
+
+def shard(
+    *data: Any, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+    node: int | None = None, total_nodes: int | None = None,
+) -> Any:
+    """This node's disjoint slice of each sequence (``indices[node::total_nodes]``).
+
+    Keeps the input type (list, tuple, numpy array, torch tensor, any Sequence); with several
+    arrays the slices are aligned and returned as a tuple. ``shuffle`` uses ``seed`` so every
+    node draws the same permutation; ``drop_last`` gives every node the same count.
+    """
+    if not data:
+        raise ValueError("shard() needs at least one sequence")
+    info = instance_info()
+    node = node if node is not None else (info.node if info else 0)
+    total = total_nodes if total_nodes is not None else (info.total_nodes if info else 1)
+    if not 0 <= node < total:
+        raise ValueError(f"node {node} is outside 0..{total - 1}")
+    length = len(data[0])
+    if any(len(d) != length for d in data):
+        raise ValueError(f"shard() needs sequences of equal length, got {[len(d) for d in data]}")
+    indices = list(range(length))
+    if shuffle:
+        random.Random(seed).shuffle(indices)
+    if drop_last:
+        indices = indices[: length - length % total]
+    mine = indices[node::total]
+    slices = tuple(_take(d, mine) for d in data)
+    return slices[0] if len(slices) == 1 else slices
+
+
+def _take(data: Any, indices: list[int]) -> Any:
+    kind = type(data).__module__.split(".")[0]
+    if kind in ("numpy", "torch") or hasattr(data, "iloc"):
+        return data.iloc[indices] if hasattr(data, "iloc") else data[indices]
+    if isinstance(data, (list, tuple)):
+        return type(data)(data[i] for i in indices)
+    if isinstance(data, (str, bytes)):
+        return type(data)().join(data[i : i + 1] for i in indices)  # type: ignore[arg-type]
+    if isinstance(data, range):
+        return [data[i] for i in indices]
+    if isinstance(data, Sequence):
+        try:
+            return type(data)([data[i] for i in indices])  # type: ignore[call-arg]
+        except TypeError:
+            return [data[i] for i in indices]
+    raise TypeError(f"shard() cannot slice {type(data).__name__}; pass a sequence")
+
+
+# ---- output control -------------------------------------------------------------------------
+
+Only = Literal["head"] | Callable[[InstanceInfo], bool]
+
+
+def _allowed(only: Only) -> bool:
+    info = instance_info()
+    if info is None:
+        return True  # not in a pool (e.g. ``.local()``): nothing to filter
+    return info.is_head if only == "head" else bool(only(info))  # type: ignore[operator]
+
+
+def _filtered(fn: Callable[..., T], stdout: Only | None, stderr: Only | None) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        with contextlib.ExitStack() as stack:
+            if stdout is not None and not _allowed(stdout):
+                stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            if stderr is not None and not _allowed(stderr):
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _output_decorator(stdout: Only | None, stderr: Only | None) -> Callable[[Any], Any]:
+    def decorate(target: Any) -> Any:
+        from skyward_iac.api.function import Function
+
+        if isinstance(target, Function):
+            return Function(_filtered(target.fn, stdout, stderr), target.timeout)
+        return _filtered(target, stdout, stderr)
+
+    return decorate
+
+
+def stdout(*, only: Only) -> Callable[[Any], Any]:
+    """Keep a task's stdout only where ``only`` holds (``"head"`` or a predicate on InstanceInfo)."""
+    return _output_decorator(only, None)
+
+
+def stderr(*, only: Only) -> Callable[[Any], Any]:
+    """Keep a task's stderr only where ``only`` holds."""
+    return _output_decorator(None, only)
+
+
+def silent(target: Any) -> Any:
+    """Silence both streams of a task (a bare decorator)."""
+    never: Only = lambda _info: False  # noqa: E731
+    return _output_decorator(never, never)(target)
+
+
+class CallbackWriter(io.TextIOBase):
+    """A text stream that hands every write to a callback."""
+
+    def __init__(self, callback: Callable[[str], Any]) -> None:
+        self.callback = callback
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text:
+            self.callback(text)
+        return len(text)
+
+
+@contextlib.contextmanager
+def redirect_output(callback: Callable[[str], Any]) -> Iterator[tuple[CallbackWriter, CallbackWriter]]:
+    """Route stdout and stderr to ``callback(text)`` for the block; yields the two writers."""
+    out, err = CallbackWriter(callback), CallbackWriter(callback)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        yield out, err
+
+
+__all__ = [
+    "AcceleratorInfo", "CallbackWriter", "InstanceInfo", "NetworkInfo", "PeerInfo",
+    "instance_info", "is_head", "redirect_output", "shard", "silent", "stderr", "stdout",
+]

@@ -1,0 +1,249 @@
+"""``sky.Compute``, ``sky.Session``, ``@sky.pool`` and ``sky.MultiPool``: pools as stacks.
+
+The path reads straight through: Spec -> stack program -> ``up`` -> node addresses -> SSH ->
+bootstrap -> agent -> tasks; and on the way out: agents closed -> ``destroy``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import Token
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.function import Dispatcher, active_pool
+from skyward_iac.api.runtime import InstanceInfo, PeerInfo
+from skyward_iac.api.spec import Options, Spec, validated
+from skyward_iac.infra import engine
+from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.stack import ClusterOutputs, ClusterStack, new_stack_name, stack_tags
+from skyward_iac.orchestration.node import Node, plan_for
+from skyward_iac.orchestration.pool import Pool, print_output
+
+P = ParamSpec("P")
+R = TypeVar("R")
+log = logging.getLogger("skyward")
+#: The head's coordination port (etcd's client port on the head node).
+HEAD_PORT = 2379
+
+
+def _resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, Any]) -> Spec:
+    if name is not None:
+        raise ConfigError("named pools (name=...) from skyward.toml are not supported yet; "
+                          "pass the spec fields as keyword arguments")
+    if specs and fields:
+        raise ConfigError(
+            "sky.Compute takes either Spec objects or spec fields as keyword arguments, not both "
+            f"(got {len(specs)} Spec(s) and {sorted(fields)})"
+        )
+    if not specs:
+        return validated(Spec, **fields)
+    if not all(isinstance(s, Spec) for s in specs):
+        raise ConfigError("positional arguments of sky.Compute must be sky.Spec objects")
+    if len(specs) > 1:
+        raise ConfigError("several Specs (provider fallback) are not supported yet; pass one")
+    return specs[0]
+
+
+def instance_infos(outputs: ClusterOutputs, spec: Spec, job_id: str) -> list[InstanceInfo]:
+    """What each node's tasks see through ``sky.instance_info()``."""
+    peers = [PeerInfo(node=n.index, private_ip=n.private_address, public_ip=n.public_address)
+             for n in outputs.nodes]
+    per_node = spec.accelerator.count if spec.accelerator else 0
+    return [
+        InstanceInfo(
+            node=node.index, total_nodes=len(outputs.nodes), head_addr=peers[0].private_ip,
+            head_port=HEAD_PORT, job_id=job_id, peers=peers, accelerators=per_node,
+            total_accelerators=per_node * len(outputs.nodes),
+        )
+        for node in outputs.nodes
+    ]
+
+
+class Compute:
+    """Provision a pool as one Pulumi stack for the length of a ``with`` block.
+
+    ``with sky.Compute(provider=sky.Local(), nodes=2) as pool:`` validates everything first,
+    then creates the stack, brings it up, bootstraps every node and yields the ``Pool``. Leaving
+    the block, by any path, closes the connections and destroys the stack.
+    """
+
+    def __init__(self, *specs: Spec, name: str | None = None, options: Options | None = None,
+                 on_output: Callable[[int, str, str], Any] = print_output, **fields: Any) -> None:
+        self.spec = _resolve_spec(specs, name, fields)
+        if options is not None and not isinstance(options, Options):
+            raise ConfigError(f"options must be sky.Options(...), got {type(options).__name__}")
+        self.options = options or Options()
+        self.on_output = on_output
+        self.node_count = self.spec.nodes.desired
+        self.stack_name = new_stack_name(self.spec)
+        self.request = ClusterRequest(self.stack_name, self.spec, self.node_count)
+        program_for(self.request)  # an unsupported provider fails here, before provisioning
+        engine.find_engine()  # and so does a missing engine
+        self.stack: ClusterStack | None = None
+        self.pool: Pool | None = None
+        #: Seconds spent in each phase: create, up, nodes (SSH + bootstrap + agent), destroy.
+        self.timings: dict[str, float] = {}
+        self._context: Token[Dispatcher | None] | None = None
+
+    def provision(self) -> Pool:
+        """Create and bring up the stack and its nodes; on any failure destroy it again."""
+        started = time.monotonic()
+        try:
+            with self._phase("create"):
+                self.stack = ClusterStack.create(self.request, stack_tags(self.spec, self.node_count))
+            log.info("stack %s: bringing up %d node(s)", self.stack_name, self.node_count)
+            with self._phase("up"):
+                outputs = self.stack.up()
+            with self._phase("nodes"):
+                self.pool = Pool(self.stack_name, self._start_nodes(outputs), self.options)
+        except BaseException:
+            self.teardown()
+            raise
+        log.info("pool %s ready in %.1fs (%s)", self.stack_name, time.monotonic() - started,
+                 ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
+        return self.pool
+
+    def _start_nodes(self, outputs: ClusterOutputs) -> list[Node]:
+        infos = instance_infos(outputs, self.spec, self.stack_name)
+        with ThreadPoolExecutor(max_workers=len(outputs.nodes)) as threads:
+            futures = [
+                threads.submit(
+                    Node.start, address, outputs, plan_for(address, self.spec, self.options),
+                    self.options.ssh_timeout, infos[address.index], self.on_output,
+                )
+                for address in outputs.nodes
+            ]
+            nodes, errors = [], []
+            for future in futures:
+                try:
+                    nodes.append(future.result())
+                except BaseException as exc:  # noqa: BLE001 - collected, the first is raised
+                    errors.append(exc)
+        if errors:
+            for node in nodes:
+                node.close()
+            raise errors[0]
+        return nodes
+
+    def teardown(self) -> None:
+        """Close the pool's connections and destroy the stack (the stack stays on record)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.stack is not None:
+            with self._phase("destroy"):
+                self.stack.destroy()
+            log.info("stack %s: destroyed in %.1fs", self.stack_name, self.timings["destroy"])
+            self.stack = None
+
+    def __enter__(self) -> Pool:
+        pool = self.provision()
+        self._context = active_pool.set(pool)
+        return pool
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._context is not None:
+            active_pool.reset(self._context)
+            self._context = None
+        self.teardown()
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = time.monotonic() - started
+
+
+class Session:
+    """Several pools with lifetimes of your choosing; every one is destroyed at ``close()``.
+
+    ``with sky.Session() as session: a = session.compute(provider=sky.Local(), nodes=2)``
+    """
+
+    def __init__(self) -> None:
+        self._computes: list[Compute] = []
+
+    def compute(self, *specs: Spec, options: Options | None = None, **fields: Any) -> Pool:
+        """Provision a pool now; it lives until ``release(pool)`` or the session closes."""
+        compute = Compute(*specs, options=options, **fields)
+        pool = compute.provision()
+        self._computes.append(compute)
+        return pool
+
+    def release(self, pool: Pool) -> None:
+        """Destroy one pool of this session now."""
+        for compute in list(self._computes):
+            if compute.pool is pool:
+                self._computes.remove(compute)
+                compute.teardown()
+                return
+        raise ConfigError(f"{pool!r} does not belong to this session")
+
+    def close(self) -> None:
+        """Destroy every pool still alive, concurrently."""
+        computes, self._computes = self._computes, []
+        _teardown_all(computes)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MultiPool:
+    """Provision several ``Compute`` pools concurrently: ``with sky.MultiPool(a, b) as (p, q):``.
+
+    Setup takes as long as the slowest pool, not the sum; all are destroyed on exit, and if one
+    fails to come up the others are destroyed before the error is raised.
+    """
+
+    def __init__(self, *computes: Compute) -> None:
+        if not computes or not all(isinstance(c, Compute) for c in computes):
+            raise ConfigError("sky.MultiPool takes one or more sky.Compute(...) objects")
+        self.computes = computes
+
+    def __enter__(self) -> tuple[Pool, ...]:
+        with ThreadPoolExecutor(max_workers=len(self.computes)) as threads:
+            futures = [threads.submit(compute.provision) for compute in self.computes]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            _teardown_all(list(self.computes))
+            raise errors[0]  # type: ignore[misc]
+        return tuple(f.result() for f in futures)
+
+    def __exit__(self, *exc: object) -> None:
+        _teardown_all(list(self.computes))
+
+
+def _teardown_all(computes: list[Compute]) -> None:
+    with ThreadPoolExecutor(max_workers=max(1, len(computes))) as threads:
+        for future in [threads.submit(c.teardown) for c in computes]:
+            future.result()
+
+
+def pool(*specs: Spec, options: Options | None = None,
+         **fields: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorator: each call of the function runs inside its own ``with sky.Compute(...)``,
+    so ``>> sky`` inside it reaches that pool. The spec is validated when decorating."""
+    Compute(*specs, options=options, **fields)  # fail at decoration time, nothing provisioned
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            with Compute(*specs, options=options, **fields):
+                return fn(*args, **kwargs)
+
+        return run
+
+    return decorate
