@@ -9,27 +9,55 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import Spec
 
+if TYPE_CHECKING:
+    from skyward_iac.infra.offers import Market, Offer
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterRequest:
-    """What one stack must declare: its name, the spec and how many nodes now."""
+    """What one stack must declare: its name, the spec and how many nodes now.
+
+    The optional fields matter to cloud providers only; their defaults let a program decide
+    alone: ``offer`` (instance type and region, from ``offers.select``; default: the cheapest
+    offer for ``spec``), ``market`` (force ``"on-demand"`` after spot capacity ran out under
+    ``spot-if-available``; default: from ``spec.allocation``), ``max_lifetime`` (seconds; a hard
+    cap on each node's life that the cloud enforces even if the node hangs; default: none) and
+    ``created_at`` (stamps the ``expires_at`` tag; default: when the program is built).
+    """
 
     stack_name: str
     spec: Spec
     node_count: int
+    offer: Offer | None = None
+    market: Market | None = None
+    max_lifetime: int | None = None
+    created_at: datetime | None = None
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:
-    """The inline Pulumi program that declares ``request``'s cluster."""
+    """The inline Pulumi program that declares ``request``'s cluster.
+
+    Cloud programs resolve their offer here, so a request nothing can serve fails before any
+    stack exists.
+    """
     kind = request.spec.provider.kind
     if kind == "local":
         from skyward_iac.infra.programs.local import local_program
 
         return local_program(request)
-    raise ConfigError(
-        f"provider {kind!r} has no stack program in this version yet; use sky.Local()"
-    )
+    if kind == "aws":
+        from skyward_iac.infra.programs.aws import aws_program
+
+        return aws_program(request)
+    if kind == "gcp":
+        from skyward_iac.infra.programs.gcp import gcp_program
+
+        return gcp_program(request)
+    raise ConfigError(f"provider {kind!r} has no stack program; use sky.Local(), sky.AWS() or "
+                      "sky.GCP()")

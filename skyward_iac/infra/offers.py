@@ -1,0 +1,311 @@
+"""Offers: which instance type, region and market serve a ``Spec``, and what it costs.
+
+The catalog ships with the package (``infra/catalog/<provider>.json``, dated by its ``as_of``):
+instance type -> accelerator type/count/memory, vCPUs, RAM, architecture and per-region
+on-demand and spot USD/hour. Everything here is pure over that data, so a request nothing
+matches fails before anything is provisioned, naming the constraint that emptied the list.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from skyward_iac.api.accelerators import Accelerator
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.spec import AllocationStrategy, SelectionStrategy, Spec
+
+Market = Literal["spot", "on-demand"]
+CLOUDS = ("aws", "gcp")
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One instance type in one region, with its hardware and hourly prices (USD per node)."""
+
+    provider: str
+    instance_type: str
+    region: str
+    vcpus: float
+    memory_gb: float
+    architecture: str
+    on_demand: float | None
+    spot: float | None
+    accelerator: str | None = None
+    accelerator_count: float = 0
+    accelerator_memory_gb: float | None = None
+    accelerator_form_factor: str | None = None
+    machine_type: str = ""  # what the cloud API takes; GCP N1 rows add guest GPUs to it
+    zones: tuple[str, ...] = ()
+    guest_accelerator: tuple[str, int] | None = None  # GCP: (accelerator type, count) to attach
+    boot_disk_type: str | None = None
+
+    def price(self, market: Market) -> float | None:
+        """USD per node-hour on ``market``, None when that market is not offered."""
+        return self.spot if market == "spot" else self.on_demand
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Every offer of one provider, with the date and origin of its figures."""
+
+    provider: str
+    as_of: str
+    source: str
+    offers: tuple[Offer, ...]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Catalog:
+        """Parse the JSON catalog format (see ``infra/catalog/aws.json``)."""
+        provider = data["provider"]
+        offers = tuple(
+            _offer(provider, row, region, prices)
+            for row in data["instances"] for region, prices in row["regions"].items()
+        )
+        return cls(provider, data["as_of"], data["source"], offers)
+
+    @classmethod
+    def from_file(cls, path: Path) -> Catalog:
+        """A catalog from a JSON file (for example a refreshed copy)."""
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def _offer(provider: str, row: dict[str, Any], region: str, prices: dict[str, Any]) -> Offer:
+    accel = row.get("accelerator") or {}
+    guest = row.get("guest_accelerator")
+    return Offer(
+        provider=provider, instance_type=row["instance_type"], region=region,
+        vcpus=float(row["vcpus"]), memory_gb=float(row["memory_gb"]),
+        architecture=row["architecture"], on_demand=prices.get("on_demand"),
+        spot=prices.get("spot"), accelerator=accel.get("name"),
+        accelerator_count=float(accel.get("count", 0)),
+        accelerator_memory_gb=accel.get("memory_gb"),
+        accelerator_form_factor=accel.get("form_factor"),
+        machine_type=row.get("machine_type", row["instance_type"]),
+        zones=tuple(prices.get("zones", ())),
+        guest_accelerator=(guest["type"], int(guest["count"])) if guest else None,
+        boot_disk_type=row.get("boot_disk_type"),
+    )
+
+
+@functools.cache
+def packaged_catalog(provider: str) -> Catalog:
+    """The catalog shipped with the package for ``provider`` ("aws" or "gcp")."""
+    if provider not in CLOUDS:
+        raise ConfigError(f"there is no offer catalog for provider {provider!r}")
+    text = resources.files("skyward_iac.infra").joinpath("catalog", f"{provider}.json").read_text()
+    return Catalog.from_dict(json.loads(text))
+
+
+LOCAL_OFFER = Offer(provider="local", instance_type="local", region="local", vcpus=0,
+                    memory_gb=0, architecture="any", on_demand=0.0, spot=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A spec resolved to one offer and market: what would be provisioned, and its price."""
+
+    spec: Spec
+    offer: Offer
+    market: Market
+
+    @property
+    def hourly(self) -> float:
+        """USD per node-hour."""
+        price = self.offer.price(self.market)
+        assert price is not None  # a Choice is only built for an offered market
+        return price
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the pool starts with."""
+        return self.spec.nodes.desired
+
+    @property
+    def cluster_hourly(self) -> float:
+        """USD per hour for all starting nodes."""
+        return self.hourly * self.nodes
+
+    def estimate(self, hours: float) -> float:
+        """Estimated USD for running the starting nodes ``hours`` hours."""
+        return self.cluster_hourly * hours
+
+    def __str__(self) -> str:
+        o = self.offer
+        gpu = f"{o.accelerator_count:g}x {o.accelerator} " if o.accelerator else ""
+        return (f"{o.provider} {o.instance_type} ({gpu}{o.vcpus:g} vCPU, {o.memory_gb:g} GB) "
+                f"{o.region} {self.market} ${self.hourly:.4f}/h x {self.nodes} = "
+                f"${self.cluster_hourly:.4f}/h")
+
+
+def market_for(allocation: AllocationStrategy, offer: Offer) -> Market | None:
+    """The market ``allocation`` uses on ``offer``, None when the offer cannot serve it.
+
+    ``spot-if-available`` starts on spot where the offer has a spot market (the pool falls back
+    to on-demand if the cloud then has no spot capacity); ``cheapest`` takes the lower price.
+    """
+    if allocation == "spot":
+        return "spot" if offer.spot is not None else None
+    if allocation == "on-demand":
+        return "on-demand" if offer.on_demand is not None else None
+    if allocation == "spot-if-available":
+        return "spot" if offer.spot is not None else (
+            "on-demand" if offer.on_demand is not None else None)
+    prices = [(p, m) for m in ("spot", "on-demand") if (p := offer.price(m)) is not None]
+    return min(prices)[1] if prices else None
+
+
+def requested_region(spec: Spec) -> str | None:
+    """The region a spec asks for (spec, provider or GCP zone); conflicting ones are an error."""
+    zone: str | None = getattr(spec.provider, "zone", None)
+    asked = [spec.region, getattr(spec.provider, "region", None),
+             zone.rsplit("-", 1)[0] if zone else None]
+    candidates = {region for region in asked if region}
+    if len(candidates) > 1:
+        raise ConfigError(
+            f"the spec asks for regions {sorted(candidates)} at once (Spec.region, the "
+            "provider's region and zone must agree); set just one"
+        )
+    return next(iter(candidates), None)
+
+
+Hint = Callable[[list[Offer]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Constraint:
+    describe: str
+    keep: Callable[[Offer], bool]
+    hint: Hint
+
+
+def _offered(label: str, values: Callable[[Offer], Iterable[str | None]]) -> Hint:
+    """A hint listing what the offers left before a constraint have instead."""
+
+    def hint(left: list[Offer]) -> str:
+        found = sorted({v for o in left for v in values(o) if v})
+        return f"{label}: {', '.join(found) or 'none'}"
+
+    return hint
+
+
+def _accelerator_constraints(wanted: Accelerator | None) -> list[_Constraint]:
+    if wanted is None:
+        return [_Constraint("no accelerator (CPU only)", lambda o: o.accelerator is None,
+                            lambda _: "every offer left has an accelerator")]
+    name = wanted.name.lower()
+    constraints = [_Constraint(
+        f"accelerator {wanted.name}", lambda o: (o.accelerator or "").lower() == name,
+        _offered("accelerators in the catalog", lambda o: [o.accelerator]))]
+    if (gb := wanted.memory_gb) is not None:
+        constraints.append(_Constraint(
+            f"accelerator memory {wanted.memory}", lambda o: o.accelerator_memory_gb == gb,
+            _offered("memory sizes offered", lambda o: [f"{o.accelerator_memory_gb:g}GB"])))
+    if wanted.form_factor:
+        ff = wanted.form_factor.lower()
+        constraints.append(_Constraint(
+            f"form_factor {wanted.form_factor}",
+            lambda o: (o.accelerator_form_factor or "").lower() == ff,
+            _offered("form factors offered", lambda o: [o.accelerator_form_factor])))
+    count = wanted.count
+    constraints.append(_Constraint(
+        f"at least {count:g} accelerator(s) per node", lambda o: o.accelerator_count >= count,
+        _offered("counts per node offered", lambda o: [f"{o.accelerator_count:g}"])))
+    return constraints
+
+
+def _constraints(spec: Spec) -> list[_Constraint]:
+    out = _accelerator_constraints(spec.accelerator)
+    if region := requested_region(spec):
+        out.append(_Constraint(f"region {region}", lambda o: o.region == region,
+                               _offered("regions offering it", lambda o: [o.region])))
+    if zone := getattr(spec.provider, "zone", None):
+        out.append(_Constraint(f"zone {zone}", lambda o: zone in o.zones,
+                               _offered("zones offering it", lambda o: o.zones)))
+    if arch := spec.architecture:
+        out.append(_Constraint(f"architecture {arch}", lambda o: o.architecture == arch,
+                               _offered("architectures", lambda o: [o.architecture])))
+    if (vcpus := spec.vcpus) is not None:
+        out.append(_Constraint(f"vcpus >= {vcpus:g}", lambda o: o.vcpus >= vcpus,
+                               lambda left: f"the most is {max(o.vcpus for o in left):g}"))
+    if (memory := spec.memory_gb) is not None:
+        out.append(_Constraint(f"memory_gb >= {memory:g}", lambda o: o.memory_gb >= memory,
+                               lambda left: f"the most is {max(o.memory_gb for o in left):g} GB"))
+    allocation = spec.allocation
+    out.append(_Constraint(f"allocation {allocation!r}",
+                           lambda o: market_for(allocation, o) is not None,
+                           lambda _: "none of them has that market; try allocation='on-demand'"))
+    if (cap := spec.max_hourly_cost) is not None:
+        out.append(_Constraint(
+            f"max_hourly_cost ${cap:g}", lambda o: _price(allocation, o) <= cap,
+            lambda left: f"the cheapest is ${min(_price(allocation, o) for o in left):.4f}/h"))
+    return out
+
+
+def _price(allocation: AllocationStrategy, offer: Offer) -> float:
+    market = market_for(allocation, offer)
+    price = offer.price(market) if market else None
+    return price if price is not None else float("inf")
+
+
+def matching(spec: Spec, catalog: Catalog | None = None) -> list[Choice]:
+    """Every offer that serves ``spec``, cheapest first (per node-hour, then by name).
+
+    Raises ``ConfigError`` naming the first constraint that left no offer, what was left
+    before it and what to change.
+    """
+    kind = spec.provider.kind
+    if kind == "local":
+        return [Choice(spec, LOCAL_OFFER, "on-demand")]
+    catalog = catalog or packaged_catalog(kind)
+    left = list(catalog.offers)
+    applied: list[str] = []
+    for constraint in _constraints(spec):
+        kept = [o for o in left if constraint.keep(o)]
+        if not kept:
+            before = f" with {', '.join(applied)}" if applied else ""
+            raise ConfigError(
+                f"no {kind.upper()} offer matches: {len(left)} offer(s){before}, none with "
+                f"{constraint.describe} ({constraint.hint(left)}). Relax that constraint or try "
+                f"another provider (catalog as of {catalog.as_of})."
+            )
+        applied.append(constraint.describe)
+        left = kept
+    # Every offer left passed the allocation constraint, so its market is never None.
+    choices = [Choice(spec, o, market_for(spec.allocation, o) or "on-demand") for o in left]
+    return sorted(choices, key=lambda c: (c.hourly, c.offer.instance_type, c.offer.region))
+
+
+def select(specs: Sequence[Spec], selection: SelectionStrategy = "cheapest",
+           catalogs: dict[str, Catalog] | None = None) -> Choice:
+    """Pick one offer across several specs (multi-provider fallback).
+
+    ``"cheapest"``: the lowest USD/hour for the starting nodes across every spec that has an
+    offer; ``"first"``: the cheapest offer of the first spec that has one. When no spec has
+    an offer, the ``ConfigError`` lists why for each.
+    """
+    if not specs:
+        raise ConfigError("select needs at least one Spec")
+    best: Choice | None = None
+    reasons: list[str] = []
+    for number, spec in enumerate(specs, 1):
+        kind = spec.provider.kind
+        try:
+            choice = matching(spec, (catalogs or {}).get(kind))[0]
+        except ConfigError as exc:
+            reasons.append(f"  spec {number} ({kind}): {exc}" if len(specs) > 1 else str(exc))
+            continue
+        if selection == "first":
+            return choice
+        if best is None or choice.cluster_hourly < best.cluster_hourly:
+            best = choice
+    if best is None:
+        if len(specs) == 1:
+            raise ConfigError(reasons[0])
+        raise ConfigError("no spec has a matching offer:\n" + "\n".join(reasons))
+    return best

@@ -1,0 +1,69 @@
+"""Where AWS nodes live: the default VPC's subnet, or a VPC of the cluster's own.
+
+Both paths put every node in one subnet of one availability zone (placement groups and low
+latency between nodes need it), picked among the zones that offer the instance type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from skyward_iac.infra.programs.common import ClusterPlan
+
+VPC_CIDR = "10.42.0.0/16"
+SUBNET_CIDR = "10.42.0.0/20"
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """The VPC and subnet the cluster's nodes are placed in."""
+
+    vpc_id: pulumi.Output[str]
+    subnet_id: pulumi.Output[str]
+    availability_zone: pulumi.Output[str]
+
+
+def first_zone(locations: list[str]) -> str:
+    """The zone to use among those offering the type: the first by name, so `up` is stable."""
+    if not locations:
+        raise ValueError("no availability zone of this region offers the instance type")
+    return sorted(locations)[0]
+
+
+def cluster_network(plan: ClusterPlan, use_default_vpc: bool, opts: pulumi.ResourceOptions,
+                    invoke: pulumi.InvokeOptions) -> Network:
+    """The network for ``plan``: the default VPC (``AWS(use_default_vpc=True)``) or a new one."""
+    offerings = aws.ec2.get_instance_type_offerings_output(
+        location_type="availability-zone",
+        filters=[{"name": "instance-type", "values": [plan.offer.machine_type]}],
+        opts=invoke,
+    )
+    zone = offerings.locations.apply(first_zone)
+    if use_default_vpc:
+        vpc = aws.ec2.get_vpc_output(default=True, opts=invoke)
+        subnet = aws.ec2.get_subnet_output(
+            vpc_id=vpc.id, availability_zone=zone, default_for_az=True, opts=invoke,
+        )
+        return Network(vpc.id, subnet.id, zone)
+    return _own_vpc(plan, zone, opts)
+
+
+def _own_vpc(plan: ClusterPlan, zone: pulumi.Output[str], opts: pulumi.ResourceOptions) -> Network:
+    tags = dict(plan.tags)
+    vpc = aws.ec2.Vpc("vpc", cidr_block=VPC_CIDR, enable_dns_hostnames=True,
+                      enable_dns_support=True, tags={**tags, "Name": plan.stack_name}, opts=opts)
+    gateway = aws.ec2.InternetGateway("gateway", vpc_id=vpc.id, tags=tags, opts=opts)
+    routes = aws.ec2.RouteTable(
+        "routes", vpc_id=vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": gateway.id}],
+        tags=tags, opts=opts,
+    )
+    subnet = aws.ec2.Subnet(
+        "subnet", vpc_id=vpc.id, cidr_block=SUBNET_CIDR, availability_zone=zone,
+        map_public_ip_on_launch=True, tags=tags, opts=opts,
+    )
+    aws.ec2.RouteTableAssociation("subnet-routes", subnet_id=subnet.id, route_table_id=routes.id,
+                                  opts=opts)
+    return Network(vpc.id, subnet.id, zone)

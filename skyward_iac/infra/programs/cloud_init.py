@@ -1,0 +1,136 @@
+"""A cloud node's user data: one ``#cloud-config`` document, built by pure functions.
+
+It does three things before the client first connects:
+
+* installs the stack-generated SSH host key and deletes the image's own, in cloud-init's init
+  stage, which runs before sshd starts, so the only key sshd ever offers is the pinned one;
+* creates the ``skyward`` user (home = the node's workdir) trusting the stack's SSH key;
+* arms the TTL watchdog: a systemd service that powers the node off once the client has been
+  silent for ``ttl`` seconds. With ``instance_initiated_shutdown_behavior="terminate"`` AWS then
+  deletes the instance; on GCP it is stopped (compute billing ends, the disk stays until the
+  stack is destroyed) unless a ``max_lifetime`` made GCP delete it already.
+
+The client proves it is alive by touching ``HEARTBEAT_FILE`` on the node (over its SSH
+connection, or the agent on every frame); the watchdog reads that file's mtime.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+SSH_USER = "skyward"
+WORKDIR = "/opt/skyward"
+HEARTBEAT_FILE = f"{WORKDIR}/heartbeat"
+WATCHDOG_PATH = "/usr/local/sbin/skyward-watchdog"
+WATCHDOG_UNIT = "skyward-watchdog.service"
+#: Silence allowed before the first heartbeat: boot plus bootstrap can outlast a short ttl.
+FIRST_CONTACT_GRACE = 900
+#: How often the watchdog looks at the heartbeat, in seconds.
+WATCHDOG_INTERVAL = 15
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUserData:
+    """Everything one node's user data needs; all strings are plain (no Pulumi Outputs)."""
+
+    host_private_key: str
+    host_public_key: str
+    authorized_key: str
+    ttl: int
+    max_lifetime: int | None = None
+
+
+def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
+                    grace: int = FIRST_CONTACT_GRACE, heartbeat: str = HEARTBEAT_FILE,
+                    interval: float = WATCHDOG_INTERVAL) -> str:
+    """The dead-man switch: power off after ``ttl`` s without a heartbeat.
+
+    Before the first heartbeat the limit is ``max(ttl, grace)`` counted from boot. A
+    ``max_lifetime`` also powers the node off that many seconds after boot, whatever the
+    heartbeat says (the in-node half of the hard backstop). ``heartbeat`` and ``interval``
+    exist so tests can run the real script quickly.
+    """
+    if ttl <= 0:
+        raise ValueError("ttl must be positive; a ttl of 0 means no watchdog at all")
+    lines = [
+        "#!/bin/bash",
+        "# skyward_iac dead-man switch: the node powers off when its client has gone silent.",
+        "set -u",
+        f"TTL={int(ttl)}",
+        f"FIRST_CONTACT={max(int(ttl), int(grace))}",
+        f"MAX_LIFETIME={int(max_lifetime) if max_lifetime else 0}",
+        f"HEARTBEAT={shlex.quote(heartbeat)}",
+        # Boot time, not service start: a restarted watchdog must not grant a fresh grace.
+        "BOOT=$(( $(date +%s) - $(cut -d. -f1 /proc/uptime) ))",
+        f"while sleep {interval:g}; do",
+        "  NOW=$(date +%s)",
+        '  if [ -e "$HEARTBEAT" ]; then LAST=$(stat -c %Y "$HEARTBEAT"); LIMIT=$TTL',
+        "  else LAST=$BOOT; LIMIT=$FIRST_CONTACT; fi",
+        '  if [ $(( NOW - LAST )) -ge "$LIMIT" ]; then',
+        '    logger -t skyward-watchdog "no heartbeat for ${LIMIT}s: powering off"',
+        "    systemctl poweroff || poweroff -f",
+        "  fi",
+        '  if [ "$MAX_LIFETIME" -gt 0 ] && [ $(( NOW - BOOT )) -ge "$MAX_LIFETIME" ]; then',
+        '    logger -t skyward-watchdog "max lifetime ${MAX_LIFETIME}s reached: powering off"',
+        "    systemctl poweroff || poweroff -f",
+        "  fi",
+        "done",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _watchdog_unit() -> str:
+    return "\n".join([
+        "[Unit]",
+        "Description=skyward_iac dead-man switch (powers off when the client goes silent)",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        f"ExecStart={WATCHDOG_PATH}",
+        "Restart=always",
+        "RestartSec=5",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def cloud_config(node: NodeUserData) -> str:
+    """The ``#cloud-config`` user data for one node (JSON is valid YAML, so no YAML writer)."""
+    files = [
+        # Ubuntu's GCE guest agent can regenerate host keys after boot; keep the pinned one.
+        {"path": "/etc/default/instance_configs.cfg", "permissions": "0644",
+         "content": "[InstanceSetup]\nset_host_keys = false\n"},
+    ]
+    runcmd: list[list[str]] = []
+    if node.ttl > 0:
+        files += [
+            {"path": WATCHDOG_PATH, "permissions": "0755",
+             "content": watchdog_script(node.ttl, node.max_lifetime)},
+            {"path": f"/etc/systemd/system/{WATCHDOG_UNIT}", "permissions": "0644",
+             "content": _watchdog_unit()},
+        ]
+        runcmd += [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", WATCHDOG_UNIT]]
+    document = {
+        # Host keys: only the stack's, installed before sshd first starts.
+        "ssh_deletekeys": True,
+        "ssh_genkeytypes": [],
+        "ssh_keys": {
+            "ed25519_private": node.host_private_key,
+            "ed25519_public": node.host_public_key,
+        },
+        "ssh_pwauth": False,
+        "disable_root": True,
+        "users": [
+            "default",
+            {"name": SSH_USER, "homedir": WORKDIR, "shell": "/bin/bash",
+             "sudo": "ALL=(ALL) NOPASSWD:ALL", "lock_passwd": True,
+             "ssh_authorized_keys": [node.authorized_key]},
+        ],
+        "write_files": files,
+        "runcmd": runcmd,
+    }
+    return "#cloud-config\n" + json.dumps(document, indent=1) + "\n"

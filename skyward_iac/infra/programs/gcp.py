@@ -1,0 +1,182 @@
+"""The GCP provider's stack: a network of its own, firewalls, placement and Compute instances.
+
+Every resource goes through one explicit ``gcp.Provider`` (project, region and zone pinned) and
+carries the cluster labels. Spot nodes use ``provisioning_model="SPOT"`` with termination action
+DELETE; ``max_run_duration`` (when the request sets ``max_lifetime``) makes GCP delete a node at
+that age even if its watchdog never ran, which the in-node dead-man switch cannot guarantee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from skyward_iac.api.accelerators import vendor_of
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.infra.credentials import StackCredentials
+from skyward_iac.infra.offers import Offer
+from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.programs.cloud_init import SSH_USER
+from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
+from skyward_iac.infra.programs.host_key import node_boot
+
+SUBNET_CIDR = "10.42.0.0/20"
+#: Machine families that accept a compact placement policy (N1 with attached GPUs does not).
+COMPACT_PLACEMENT_FAMILIES = ("a2", "a3", "a4", "g2")
+
+
+@dataclass(frozen=True, slots=True)
+class BootImage:
+    """A boot image family (the newest image of it is used at creation) and its size."""
+
+    family: str
+    min_disk_gb: int
+
+
+def boot_image(offer: Offer) -> BootImage:
+    """The image family for an offer's architecture and accelerator vendor."""
+    if offer.accelerator and vendor_of(offer.accelerator) == "nvidia":
+        return BootImage("projects/ubuntu-os-accelerator-images/global/images/family/"
+                         "ubuntu-accelerator-2204-amd64-with-nvidia-550", 50)
+    # 22.04 like the GPU image: its sshd starts only after cloud-init installed the host key.
+    family = "ubuntu-2204-lts-arm64" if offer.architecture == "arm64" else "ubuntu-2204-lts"
+    return BootImage(f"projects/ubuntu-os-cloud/global/images/family/{family}", 10)
+
+
+def zone_for(offer: Offer, configured: str | None) -> str:
+    """The zone nodes go to: the configured one, else the first that offers the type."""
+    if configured:
+        return configured
+    if not offer.zones:
+        raise ConfigError(f"the catalog lists no zone for {offer.instance_type} in "
+                          f"{offer.region}; set sky.GCP(zone=...)")
+    return offer.zones[0]
+
+
+def scheduling(plan: ClusterPlan) -> dict[str, Any]:
+    """The instance's scheduling block for its market, accelerator and lifetime cap."""
+    if plan.market == "spot":
+        block: dict[str, Any] = {
+            "provisioning_model": "SPOT", "preemptible": True, "automatic_restart": False,
+            "instance_termination_action": "DELETE", "on_host_maintenance": "TERMINATE",
+        }
+    else:
+        # VMs with GPUs cannot live-migrate.
+        block = {
+            "provisioning_model": "STANDARD", "preemptible": False, "automatic_restart": True,
+            "on_host_maintenance": "TERMINATE" if plan.offer.accelerator else "MIGRATE",
+        }
+    if plan.max_lifetime:
+        block["max_run_duration"] = {"seconds": plan.max_lifetime}
+        block["instance_termination_action"] = "DELETE"
+    return block
+
+
+def compact_placement(plan: ClusterPlan) -> bool:
+    """Whether the nodes get a compact placement policy (multi-node GPU pools that support it)."""
+    return plan.placement and plan.offer.machine_type.split("-")[0] in COMPACT_PLACEMENT_FAMILIES
+
+
+def firewall_args(rule: IngressRule, tag: str) -> dict[str, Any]:
+    """A ``compute.Firewall``'s arguments for one ingress rule (``SELF`` = the node tag)."""
+    allow: dict[str, Any] = {"protocol": rule.protocol}
+    if rule.ports is not None:
+        low, high = rule.ports
+        allow["ports"] = [str(low) if low == high else f"{low}-{high}"]
+    source = {"source_tags": [tag]} if rule.source == SELF else {"source_ranges": [rule.source]}
+    return {"direction": "INGRESS", "allows": [allow], "target_tags": [tag],
+            "description": rule.description, **source}
+
+
+def gcp_program(request: ClusterRequest,
+                ssh_cidr_lookup: Callable[[], str] | None = None) -> Callable[[], None]:
+    """The program for ``request`` on GCP; the plan (offer, market, disk, zone) is checked now."""
+    plan = common.plan_cluster(request)
+    image = boot_image(plan.offer)
+    common.check_disk(plan, image.min_disk_gb, image.family.rsplit("/", 1)[-1])
+    provider_config = request.spec.provider
+    zone = zone_for(plan.offer, getattr(provider_config, "zone", None))
+    project = getattr(provider_config, "project", None)
+
+    def program() -> None:
+        ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
+                                           ssh_cidr_lookup)
+        common.export_cluster(declare_cluster(plan, image, zone, project, ssh_cidr))
+
+    return program
+
+
+def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str | None,
+                    ssh_cidr: str) -> dict[str, Any]:
+    """Declare every resource of the cluster and return the outputs to export."""
+    labels = common.gcp_labels(plan.tags)
+    region = plan.offer.region
+    provider = gcp.Provider("gcp", project=project, region=region, zone=zone,
+                            default_labels=labels)
+    # Names are fixed (readable in the console); a replacement must free the name first.
+    opts = pulumi.ResourceOptions(provider=provider, delete_before_replace=True)
+
+    def name(suffix: str) -> str:
+        return common.gcp_name(plan.stack_name, suffix)
+
+    tag = name("node")
+    credentials = StackCredentials("credentials", stack=plan.stack_name)
+
+    network = gcp.compute.Network("network", name=name("net"), auto_create_subnetworks=False,
+                                  description=f"skyward_iac cluster {plan.stack_name}", opts=opts)
+    subnet = gcp.compute.Subnetwork("subnet", name=name("subnet"), network=network.id,
+                                    region=region, ip_cidr_range=SUBNET_CIDR, opts=opts)
+    for rule in common.ingress_rules(ssh_cidr):
+        gcp.compute.Firewall(f"firewall-{rule.name}", name=name(rule.name), network=network.id,
+                             opts=opts, **firewall_args(rule, tag))
+    placement = gcp.compute.ResourcePolicy(
+        "placement", name=name("placement"), region=region,
+        group_placement_policy={"collocation": "COLLOCATED"}, opts=opts,
+    ) if compact_placement(plan) else None
+
+    guest = plan.offer.guest_accelerator
+    nodes = []
+    for index in range(plan.node_count):
+        host_key, user_data = node_boot(plan, credentials, index)
+        instance = gcp.compute.Instance(
+            f"node-{index}",
+            name=name(f"node-{index}"),
+            zone=zone,
+            machine_type=plan.offer.machine_type,
+            boot_disk={
+                "auto_delete": True,
+                "initialize_params": {"image": image.family, "size": plan.disk_gb,
+                                      "type": plan.offer.boot_disk_type or "pd-balanced",
+                                      "labels": labels},
+            },
+            # A2/A3/G2 types come with their GPUs; N1 rows attach them explicitly.
+            guest_accelerators=[{"type": guest[0], "count": guest[1]}] if guest else None,
+            network_interfaces=[{"subnetwork": subnet.id, "access_configs": [{}]}],
+            scheduling=scheduling(plan),
+            resource_policies=placement.self_link if placement else None,
+            metadata={
+                "ssh-keys": credentials.ssh_public_key.apply(lambda key: f"{SSH_USER}:{key}"),
+                "block-project-ssh-keys": "TRUE",
+                "enable-oslogin": "FALSE",  # OS Login would ignore the stack's key
+                "user-data": user_data,
+            },
+            tags=[tag],
+            labels={**labels, "skyward-node": str(index)},
+            # Volumes (a later issue): bucket mounts attach a service account here; none now,
+            # so the node holds no cloud credentials at all.
+            service_account=None,
+            opts=opts,
+        )
+        interface = instance.network_interfaces[0]
+        nodes.append(common.node_output(
+            index, interface.network_ip, interface.access_configs[0].nat_ip, host_key.public_key,
+        ))
+    return {
+        "nodes": nodes,
+        "ssh_private_key": credentials.ssh_private_key,
+        "agent_token": credentials.agent_token,
+    }
