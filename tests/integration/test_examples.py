@@ -1,0 +1,32 @@
+"""Every script in examples/ runs to completion on the Local provider and prints its results."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXPECTED = {
+    "quickstart.py": "squares: [0, 1, 4, 9, 16]",
+    "parallel.py": "chunk sums: (6, 15, 24)",
+    "broadcast_shard.py": "total: 499500 (expected: 499500)",
+    "async_tasks.py": "on the head node: 285",
+}
+
+
+def test_every_example_is_covered() -> None:
+    assert {p.name for p in EXAMPLES.glob("*.py")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=240,
+        env={**os.environ}, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert EXPECTED[name] in done.stdout
