@@ -54,3 +54,11 @@ class StackNotFoundError(SkywardError):
 
 class WorkerCrashedError(SkywardError):
     """The process running a task died (os._exit, a signal, out of memory); the node lives on."""
+
+
+class CollectionError(SkywardError):
+    """etcd refused or could not serve a collection operation; the message says why."""
+
+
+class CollectionsDisabledError(SkywardError, RuntimeError):
+    """Collections were asked for where they are off (``Options(cluster=False)``)."""

@@ -23,6 +23,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 from pulumi.dynamic import UpdateResult
 
 from skyward_iac.infra.keys import generate_keypair
+from skyward_iac.processes import is_alive
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 SANDBOX_ENV = "SKYWARD_LOCAL_SANDBOX"
@@ -82,20 +83,6 @@ def _sshd_config(sandbox: Path, address: str, port: int, user: str) -> str:
     ])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    state = Path(f"/proc/{pid}/stat")
-    try:
-        return state.read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -104,7 +91,8 @@ def _read_pid(path: Path) -> int | None:
 
 
 def sandbox_processes(sandbox: Path) -> list[int]:
-    """Pids of every process belonging to a sandbox: by pid file, cwd, command line or env."""
+    """Pids of every process of a sandbox: by cwd, command line or environment, plus their
+    descendants."""
     marker = str(sandbox)
     # Compare whole path components: node-1 must not match node-10.
     in_cmdline, in_env = f"{marker}/".encode(), f"{SANDBOX_ENV}={marker}\0".encode()
@@ -131,7 +119,7 @@ def sandbox_processes(sandbox: Path) -> list[int]:
         children = {pid for pid, parent in parents.items() if parent in found} - found
         found |= children
         grew = bool(children)
-    return sorted(pid for pid in found if _alive(pid))
+    return sorted(pid for pid in found if is_alive(pid))
 
 
 def stop_sandbox(sandbox: Path, grace: float = 5.0) -> None:
@@ -144,7 +132,7 @@ def stop_sandbox(sandbox: Path, grace: float = 5.0) -> None:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
-        while time.monotonic() < deadline and (pids := [p for p in pids if _alive(p)]):
+        while time.monotonic() < deadline and (pids := [p for p in pids if is_alive(p)]):
             time.sleep(0.05)
         if not pids:
             break
@@ -214,7 +202,7 @@ class LocalNodeProvider(ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         sandbox = Path(props.get("sandbox", ""))
         pid = _read_pid(sandbox / "run" / "sshd.pid") if props.get("sandbox") else None
-        if pid is None or not _alive(pid):
+        if pid is None or not is_alive(pid):
             return ReadResult(id_=None, outs={})  # gone: a refresh drops it from the stack
         return ReadResult(id_=id_, outs=props)
 

@@ -1,0 +1,111 @@
+"""The distributed lock: mutual exclusion across the cluster, released if its holder dies."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+from types import TracebackType
+
+from skyward_iac.collections.base import Collection, async_twin
+from skyward_iac.api.errors import CollectionError
+from skyward_iac.collections.session import LeaseSession
+from skyward_iac.collections.store import Store
+
+
+class Lock(Collection):
+    """A mutex: ``acquire()``, ``release()``, ``with lock:`` (and ``async with``).
+
+    etcd's own recipe: every contender puts a key under the lock's prefix, attached to its
+    process's lease; the key with the oldest create revision holds the lock, and each waiter
+    watches only the key just ahead of it (no thundering herd, first come first served). A
+    holder that dies stops refreshing its lease, etcd deletes its key after the lease TTL, and
+    the next waiter proceeds. Not reentrant.
+    """
+
+    kind = "lock"
+
+    def __init__(self, name: str, store: Store, session: LeaseSession, timeout: float) -> None:
+        super().__init__(name, store)
+        self.timeout = timeout
+        self._session = session
+        self._mutex = threading.Lock()
+        self._held: str | None = None
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """Waits until this caller holds the lock; returns True.
+
+        Raises TimeoutError after ``timeout`` seconds (default: the ``timeout`` the lock was
+        created with).
+        """
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        client = self._store.client
+        key = self._store.key(f"{uuid.uuid4().hex}")
+        owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}".encode()
+        mine = self._store.write(key, owner, lease=self._session.lease_id())
+        try:
+            while True:
+                contenders = client.range(self._store.prefix, prefix=True, keys_only=True,
+                                          oldest_first=True)
+                ahead = [kv.key.decode() for kv in contenders.kvs if kv.create_revision < mine]
+                if not any(kv.key.decode() == key for kv in contenders.kvs):
+                    raise CollectionError(
+                        f"lock {self.name!r}: our claim vanished while waiting (this process's "
+                        "etcd lease expired, e.g. after a long pause or partition); retry"
+                    )
+                if not ahead:
+                    with self._mutex:
+                        self._held = key
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"lock {self.name!r} is still held by another task after {limit:g}s; "
+                        "pass a larger timeout to sky.lock(...) or acquire(timeout=...)"
+                    )
+                client.wait_for_change(ahead[-1], prefix=False, timeout=remaining,
+                                       start_revision=int(contenders.header.revision) + 1)
+        except BaseException:
+            # Withdraw, or the next waiter waits for us until our lease ends with the process.
+            with contextlib.suppress(CollectionError):
+                client.delete(key)
+            raise
+
+    def release(self) -> None:
+        """Releases the lock; RuntimeError if this proxy does not hold it."""
+        # Take the key before deleting it: the next holder may set _held right after.
+        with self._mutex:
+            key, self._held = self._held, None
+        if key is None:
+            raise RuntimeError(f"lock {self.name!r} released but not held by this proxy")
+        self._store.client.delete(key)
+
+    def __enter__(self) -> Lock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    acquire_async = async_twin(acquire)
+    release_async = async_twin(release)
+
+    async def __aenter__(self) -> Lock:
+        await self.acquire_async()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release_async()
+
+    def __repr__(self) -> str:
+        return f"Lock({self.name!r}, timeout={self.timeout:g})"

@@ -1,0 +1,284 @@
+"""The one seam to etcd: a mutual-TLS gRPC client built on ``pyetcd`` (etcd-sdk-python).
+
+Every collection talks to etcd through :class:`EtcdClient` only. It returns etcd's own protobuf
+responses (they carry the revisions the caches and the compare-and-swap loops need) and turns
+every gRPC failure into :class:`CollectionError`, so users never catch ``grpc`` errors.
+
+Two ``pyetcd`` traps are avoided on purpose: its ``Etcd3Client`` wants the private key in a file
+(we pass PEM bytes straight to gRPC), and it marks an endpoint "failed" for 300 s after a single
+UNAVAILABLE, which would make a one-endpoint client useless for five minutes after a blip.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+import pyetcd
+from pyetcd import etcdrpc
+from pyetcd.exceptions import Etcd3Exception, WatchTimedOut
+from pyetcd.utils import prefix_range_end
+from pyetcd.watch import WatchResponse
+
+from skyward_iac.api.errors import CollectionError
+from skyward_iac.collections.pki import SERVER_NAME
+
+# etcd's default --max-txn-ops; larger batches are split by the callers.
+MAX_TXN_OPS = 128
+_MAX_MESSAGE = 256 * 1024 * 1024
+
+WatchCallback = Callable[[WatchResponse | Exception], None]
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``) -> (host, port); ``ValueError`` when malformed."""
+    host, sep, port = endpoint.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class EtcdClient:
+    """A TLS client for one etcd cluster, authenticated by a client certificate.
+
+    ``server_name`` is the name the server certificate is verified against (see ``pki``), which
+    keeps verification strict even when the endpoint is a tunnel's loopback address.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        ca_pem: str,
+        cert_pem: str | None,
+        key_pem: str | None,
+        server_name: str = SERVER_NAME,
+        timeout: float = 10.0,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
+        self.endpoints = tuple(endpoints)
+        self.timeout = timeout
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca_pem.encode(),
+            private_key=key_pem.encode() if key_pem else None,
+            certificate_chain=cert_pem.encode() if cert_pem else None,
+        )
+        options = [
+            ("grpc.ssl_target_name_override", server_name),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            # Detect a dead head node on idle watch streams instead of waiting for TCP timeouts.
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        # With one endpoint a "failed" mark only locks us out; with several it steers failover.
+        retry = 0.0 if len(self.endpoints) == 1 else 1.0
+        eps = []
+        for endpoint in self.endpoints:
+            host, port = parse_endpoint(endpoint)
+            host = f"[{host}]" if ":" in host else host  # pyetcd joins host:port as given
+            eps.append(pyetcd.Endpoint(host, port, secure=True, creds=credentials,
+                                       time_retry=retry, opts=options))
+        self._etcd = pyetcd.MultiEndpointEtcd3Client(
+            endpoints=eps, timeout=timeout, failover=len(eps) > 1
+        )
+
+    # -- key/value -----------------------------------------------------------------------------
+
+    def range(
+        self,
+        key: str,
+        *,
+        prefix: bool = False,
+        keys_only: bool = False,
+        count_only: bool = False,
+        oldest_first: bool = False,
+        limit: int = 0,
+    ) -> Any:
+        """A RangeRequest: one key, or every key under ``prefix``; ``oldest_first`` sorts by
+        create revision (etcd then sorts the whole range before applying ``limit``)."""
+        request = etcdrpc.RangeRequest(
+            key=key.encode(), keys_only=keys_only, count_only=count_only, limit=limit
+        )
+        if prefix:
+            request.range_end = prefix_range_end(key.encode())
+        if oldest_first:
+            request.sort_order = etcdrpc.RangeRequest.ASCEND
+            request.sort_target = etcdrpc.RangeRequest.CREATE
+        with self._errors("read", key):
+            return self._etcd.kvstub.Range(request, self.timeout)
+
+    def put(self, key: str, value: bytes, *, lease: int = 0) -> Any:
+        """A PutRequest; the response header carries the write's revision."""
+        with self._errors("write", key):
+            return self._etcd.kvstub.Put(put_op(key, value, lease).request_put, self.timeout)
+
+    def delete(self, key: str, *, prefix: bool = False, prev_kv: bool = False) -> Any:
+        """A DeleteRangeRequest; with ``prev_kv`` the response holds the deleted pairs."""
+        request = delete_op(key, prev_kv=prev_kv).request_delete_range
+        if prefix:
+            request.range_end = prefix_range_end(key.encode())
+        with self._errors("delete", key):
+            return self._etcd.kvstub.DeleteRange(request, self.timeout)
+
+    def txn(
+        self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
+    ) -> Any:
+        """One atomic transaction (build its parts with the ``*_is`` and ``*_op`` helpers)."""
+        request = etcdrpc.TxnRequest(compare=compare, success=success, failure=failure)
+        key = compare[0].key.decode() if compare else "txn"
+        with self._errors("transaction on", key):
+            return self._etcd.kvstub.Txn(request, self.timeout)
+
+    # -- watches -------------------------------------------------------------------------------
+
+    def watch(self, key: str, callback: WatchCallback, *, prefix: bool, start_revision: int) -> int:
+        """Calls ``callback`` (on pyetcd's watch thread) for every change from ``start_revision``;
+        an Exception is passed instead when the stream breaks. Returns the watch id."""
+        kwargs: dict[str, Any] = {"start_revision": start_revision}
+        if prefix:
+            kwargs["range_end"] = prefix_range_end(key.encode())
+        with self._errors("watch", key):
+            try:
+                return int(self._etcd.watcher.add_callback(key.encode(), callback, **kwargs))
+            except WatchTimedOut as exc:
+                raise CollectionError(f"etcd did not accept a watch on {key!r} in time") from exc
+
+    def cancel_watch(self, watch_id: int) -> None:
+        """Stops a watch made by :meth:`watch` (no error if it already ended)."""
+        with self._errors("cancel a watch on", str(watch_id)):
+            self._etcd.watcher.cancel(watch_id)
+
+    def wait_for_change(
+        self, key: str, *, prefix: bool, start_revision: int, timeout: float | None
+    ) -> bool:
+        """Blocks until ``key`` (or a key under it) changes at or after ``start_revision``.
+
+        Returns False when ``timeout`` passes first. Passing the revision of the read that
+        decided to wait closes the gap between that read and the watch: nothing is missed.
+        """
+        changes: queue.Queue[WatchResponse | Exception] = queue.Queue()
+        watch_id = self.watch(key, changes.put, prefix=prefix, start_revision=start_revision)
+        try:
+            item = changes.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        finally:
+            self.cancel_watch(watch_id)
+        if isinstance(item, Exception):
+            raise self._translate(item, "watch", key)
+        return True
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def grant_lease(self, ttl: int) -> int:
+        """A new lease of ``ttl`` seconds; keys put with it vanish when it expires."""
+        with self._errors("grant a lease for", "session"):
+            request = etcdrpc.LeaseGrantRequest(TTL=ttl)
+            reply = self._etcd.leasestub.LeaseGrant(request, self.timeout)
+        return int(reply.ID)
+
+    def keep_alive(self, lease_id: int) -> int:
+        """Refreshes a lease once; returns its new TTL (0 means the lease is gone)."""
+        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
+        with self._errors("refresh lease", hex(lease_id)):
+            for reply in self._etcd.leasestub.LeaseKeepAlive(iter([request]), self.timeout):
+                return int(reply.TTL)
+        return 0
+
+    def revoke_lease(self, lease_id: int) -> None:
+        """Ends a lease now, deleting every key attached to it."""
+        with self._errors("revoke lease", hex(lease_id)):
+            self._etcd.leasestub.LeaseRevoke(etcdrpc.LeaseRevokeRequest(ID=lease_id), self.timeout)
+
+    # -- misc ----------------------------------------------------------------------------------
+
+    def server_version(self) -> str:
+        """The etcd version reported by the member we talk to (a real round trip)."""
+        with self._errors("query the status of", "etcd"):
+            reply = self._etcd.maintenancestub.Status(etcdrpc.StatusRequest(), self.timeout)
+        return str(reply.version)
+
+    def close(self) -> None:
+        """Closes the gRPC channels and the watch stream."""
+        self._etcd.close()
+
+    def __enter__(self) -> EtcdClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _errors(self, action: str, key: str) -> Iterator[None]:
+        try:
+            yield
+        except (grpc.RpcError, Etcd3Exception) as exc:
+            if len(self.endpoints) > 1 and isinstance(exc, grpc.RpcError) and exc.code() in (
+                grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
+            ):
+                # Stubs are called directly, so pyetcd never sees the failure: steer failover.
+                self._etcd.endpoint_in_use.fail()
+                self._etcd._clear_old_stubs()
+            raise self._translate(exc, action, key) from exc
+
+    def _translate(self, exc: BaseException, action: str, key: str) -> CollectionError:
+        where = ", ".join(self.endpoints)
+        if isinstance(exc, grpc.RpcError):
+            code, details = exc.code(), exc.details()
+            if code == grpc.StatusCode.UNAVAILABLE:
+                return CollectionError(
+                    f"cannot {action} {key!r}: etcd at {where} is unreachable or refused our "
+                    f"certificate ({details}); check that the pool is up and its head node's "
+                    "etcd is running"
+                )
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return CollectionError(
+                    f"cannot {action} {key!r}: etcd at {where} did not answer within "
+                    f"{self.timeout:g}s; the head node may be overloaded or partitioned"
+                )
+            return CollectionError(f"cannot {action} {key!r}: etcd said {code.name}: {details}")
+        reason = str(exc) or type(exc).__name__
+        return CollectionError(f"cannot {action} {key!r} on etcd at {where}: {reason}")
+
+
+# -- transaction parts -------------------------------------------------------------------------
+
+
+def mod_revision_is(key: str, revision: int) -> Any:
+    """Compare: the key was last written at ``revision`` (0 = the key does not exist)."""
+    return etcdrpc.Compare(
+        key=key.encode(), target=etcdrpc.Compare.MOD, result=etcdrpc.Compare.EQUAL,
+        mod_revision=revision,
+    )
+
+
+def create_revision_is(key: str, revision: int) -> Any:
+    """Compare: the key was created at ``revision`` (0 = the key does not exist)."""
+    return etcdrpc.Compare(
+        key=key.encode(), target=etcdrpc.Compare.CREATE, result=etcdrpc.Compare.EQUAL,
+        create_revision=revision,
+    )
+
+
+def put_op(key: str, value: bytes, lease: int = 0) -> Any:
+    """Transaction op: put ``value`` at ``key`` (attached to ``lease`` when non-zero)."""
+    return etcdrpc.RequestOp(
+        request_put=etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease)
+    )
+
+
+def get_op(key: str) -> Any:
+    """Transaction op: read ``key``."""
+    return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key.encode()))
+
+
+def delete_op(key: str, *, prev_kv: bool = False) -> Any:
+    """Transaction op: delete ``key``, returning the deleted pair when ``prev_kv``."""
+    return etcdrpc.RequestOp(
+        request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode(), prev_kv=prev_kv)
+    )
