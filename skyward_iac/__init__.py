@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from skyward_iac.api import accelerators, time
 from skyward_iac.api.errors import (
     BootstrapError,
+    CollectionError,
+    CollectionsDisabledError,
     ConfigError,
     EngineNotFoundError,
     HostKeyMismatchError,
@@ -50,6 +52,7 @@ from skyward_iac.api.runtime import (
 from skyward_iac.api.spec import Image, Nodes, Options, Spec, Worker
 
 if TYPE_CHECKING:
+    from skyward_iac.collections.context import barrier, counter, dict, lock, queue, set
     from skyward_iac.orchestration.compute import Compute, MultiPool, Session, pool
     from skyward_iac.orchestration.pool import Pool
 
@@ -61,6 +64,9 @@ _LAZY = {
     "Session": "skyward_iac.orchestration.compute",
     "pool": "skyward_iac.orchestration.compute",
     "Pool": "skyward_iac.orchestration.pool",
+    # The collections load the etcd client (gRPC) only when first used.
+    **{name: "skyward_iac.collections.context"
+       for name in ("dict", "set", "counter", "queue", "barrier", "lock")},
 }
 
 
@@ -80,4 +86,6 @@ __all__ = [
     "RemoteError", "Session", "SkywardError", "Spec", "StackNotFoundError", "Worker",
     "WorkerCrashedError", "__version__", "accelerators", "function", "gather", "instance_info",
     "is_head", "pool", "redirect_output", "shard", "silent", "stderr", "stdout", "time",
+    "dict", "set", "counter", "queue", "barrier", "lock", "CollectionError",
+    "CollectionsDisabledError",
 ]

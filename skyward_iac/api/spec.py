@@ -85,6 +85,16 @@ class Options(_Frozen):
     ssh_timeout: float = Field(default=30.0, gt=0)
     bootstrap_timeout: float | None = Field(default=None, gt=0)
     shutdown_timeout: float = Field(default=120.0, gt=0)
+    #: Which of several Specs ``sky.Compute(spec_a, spec_b)`` provisions: the ``"cheapest"``
+    #: offer across all of them, or the ``"first"`` spec that has any offer.
+    selection: SelectionStrategy = "cheapest"
+    cluster: bool | None = Field(
+        default=None, description="False: no etcd and no collections for this pool")
+
+    @property
+    def collections(self) -> bool:
+        """Whether the pool runs etcd for the distributed collections (on unless cluster=False)."""
+        return self.cluster is not False
 
 
 class Spec(_Frozen):

@@ -19,10 +19,12 @@ from typing import Any, ParamSpec, TypeVar
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import Dispatcher, active_pool
 from skyward_iac.api.runtime import InstanceInfo, PeerInfo
-from skyward_iac.api.spec import Options, Spec, validated
-from skyward_iac.infra import engine
+from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
+from skyward_iac.infra import engine, offers
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import ClusterOutputs, ClusterStack, new_stack_name, stack_tags
+from skyward_iac.collections import context as collections_context
+from skyward_iac.orchestration.collections import ClientCollections, head_etcd_plan, node_config
 from skyward_iac.orchestration.node import Node, plan_for
 from skyward_iac.orchestration.pool import Pool, print_output
 
@@ -33,7 +35,13 @@ log = logging.getLogger("skyward")
 HEAD_PORT = 2379
 
 
-def _resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, Any]) -> Spec:
+def _resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, Any],
+                  selection: SelectionStrategy = "cheapest") -> offers.Choice:
+    """The spec to provision and its offer; several Specs are a fallback list.
+
+    ``selection`` picks among several (``Options.selection``); a Local spec costs 0 and always
+    has its offer, so under ``"cheapest"`` it wins over any cloud.
+    """
     if name is not None:
         raise ConfigError("named pools (name=...) from skyward.toml are not supported yet; "
                           "pass the spec fields as keyword arguments")
@@ -43,12 +51,10 @@ def _resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, A
             f"(got {len(specs)} Spec(s) and {sorted(fields)})"
         )
     if not specs:
-        return validated(Spec, **fields)
+        specs = (validated(Spec, **fields),)
     if not all(isinstance(s, Spec) for s in specs):
         raise ConfigError("positional arguments of sky.Compute must be sky.Spec objects")
-    if len(specs) > 1:
-        raise ConfigError("several Specs (provider fallback) are not supported yet; pass one")
-    return specs[0]
+    return offers.select(specs, selection)
 
 
 def instance_infos(outputs: ClusterOutputs, spec: Spec, job_id: str) -> list[InstanceInfo]:
@@ -76,14 +82,18 @@ class Compute:
 
     def __init__(self, *specs: Spec, name: str | None = None, options: Options | None = None,
                  on_output: Callable[[int, str, str], Any] = print_output, **fields: Any) -> None:
-        self.spec = _resolve_spec(specs, name, fields)
         if options is not None and not isinstance(options, Options):
             raise ConfigError(f"options must be sky.Options(...), got {type(options).__name__}")
         self.options = options or Options()
+        #: The chosen spec's offer (instance type, region, market) and its price.
+        self.choice = _resolve_spec(specs, name, fields, self.options.selection)
+        self.spec = self.choice.spec
         self.on_output = on_output
         self.node_count = self.spec.nodes.desired
         self.stack_name = new_stack_name(self.spec)
-        self.request = ClusterRequest(self.stack_name, self.spec, self.node_count)
+        self.request = ClusterRequest(self.stack_name, self.spec, self.node_count,
+                                      offer=self.choice.offer,
+                                      collections=self.options.collections)
         program_for(self.request)  # an unsupported provider fails here, before provisioning
         engine.find_engine()  # and so does a missing engine
         self.stack: ClusterStack | None = None
@@ -102,7 +112,9 @@ class Compute:
             with self._phase("up"):
                 outputs = self.stack.up()
             with self._phase("nodes"):
-                self.pool = Pool(self.stack_name, self._start_nodes(outputs), self.options)
+                nodes = self._start_nodes(outputs)
+                self.pool = Pool(self.stack_name, nodes, self.options,
+                                 ClientCollections(outputs, self.stack_name, nodes[0].connection))
         except BaseException:
             self.teardown()
             raise
@@ -112,11 +124,13 @@ class Compute:
 
     def _start_nodes(self, outputs: ClusterOutputs) -> list[Node]:
         infos = instance_infos(outputs, self.spec, self.stack_name)
+        etcd, collections = head_etcd_plan(outputs), node_config(outputs, self.stack_name)
         with ThreadPoolExecutor(max_workers=len(outputs.nodes)) as threads:
             futures = [
                 threads.submit(
-                    Node.start, address, outputs, plan_for(address, self.spec, self.options),
-                    self.options.ssh_timeout, infos[address.index], self.on_output,
+                    Node.start, address, outputs,
+                    plan_for(address, self.spec, self.options, etcd),
+                    self.options.ssh_timeout, infos[address.index], self.on_output, collections,
                 )
                 for address in outputs.nodes
             ]
@@ -146,11 +160,13 @@ class Compute:
     def __enter__(self) -> Pool:
         pool = self.provision()
         self._context = active_pool.set(pool)
+        self._collections = collections_context.bind(pool.collections)
         return pool
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._context is not None:
+            collections_context.unbind(self._collections)
             active_pool.reset(self._context)
             self._context = None
         self.teardown()

@@ -14,10 +14,11 @@ from skyward_iac.api.spec import Options, Spec
 from skyward_iac.infra.stack import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
 from skyward_iac.remote.agent_client import AgentClient
-from skyward_iac.remote.bootstrap import BootstrapPlan, bootstrap
+from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
 
 
-def plan_for(address: NodeAddress, spec: Spec, options: Options) -> BootstrapPlan:
+def plan_for(address: NodeAddress, spec: Spec, options: Options,
+             etcd: EtcdServerPlan | None = None) -> BootstrapPlan:
     """How to bootstrap ``address`` for ``spec``: interpreter, uv, packages, env, slots."""
     client_minor = f"{sys.version_info.major}.{sys.version_info.minor}"
     wanted = client_minor if spec.image.python == "auto" else spec.image.python
@@ -35,6 +36,7 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options) -> BootstrapPla
         concurrency=options.worker.concurrency,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
+        etcd=etcd if address.index == 0 else None,
         timeout=options.bootstrap_timeout or spec.image.bootstrap_timeout,
     )
 
@@ -50,7 +52,7 @@ class Node:
     @classmethod
     def start(cls, address: NodeAddress, outputs: ClusterOutputs, plan: BootstrapPlan,
               ssh_timeout: float, instance: InstanceInfo,
-              on_output: Callable[[int, str, str], Any]) -> Node:
+              on_output: Callable[[int, str, str], Any], collections: Any = None) -> Node:
         """Connect over SSH (pinned host key), bootstrap, open the agent tunnel, and tell the
         agent where the node sits in the pool."""
         connection = ssh.connect(address, outputs.ssh_private_key, ssh_timeout)
@@ -59,7 +61,7 @@ class Node:
             channel = ssh.open_tunnel(connection, port, ssh_timeout)
             agent = AgentClient(channel, outputs.agent_token, address.index, on_output)
             agent.configure(instance.model_dump(exclude={"global_worker_index", "total_workers",
-                                                         "is_head", "hostname"}))
+                                                         "is_head", "hostname"}), collections)
         except BaseException:
             connection.close()
             raise

@@ -15,10 +15,21 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from skyward_iac.api.errors import ConfigError, NodeConnectionError
+from skyward_iac.api.errors import CollectionsDisabledError, ConfigError, NodeConnectionError
 from skyward_iac.api.function import Function, PendingFunction, PendingFunctionGroup, function
 from skyward_iac.api.spec import Options
 from skyward_iac.orchestration.calls import pack_call
+from skyward_iac.collections import (
+    Backend,
+    Barrier,
+    Consistency,
+    Counter,
+    Dict,
+    Lock,
+    Queue,
+    Set,
+)
+from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.node import Node
 
 T = TypeVar("T")
@@ -44,10 +55,12 @@ class _Call:
 class Pool:
     """Ready nodes of one stack and the operations that run work on them."""
 
-    def __init__(self, stack_name: str, nodes: list[Node], options: Options) -> None:
+    def __init__(self, stack_name: str, nodes: list[Node], options: Options,
+                 collections: ClientCollections | None = None) -> None:
         self.stack_name = stack_name
         self.nodes = nodes
         self.options = options
+        self._collections = collections
         self.slots_per_node = options.worker.concurrency + options.worker.buffer
         self._calls: deque[_Call] = deque()
         self._wakeup = threading.Condition()
@@ -164,6 +177,39 @@ class Pool:
         futures = [self.run_async(remote(item)) for item in items]
         return [future.result() for future in futures]
 
+    # ---- distributed collections (the same ones tasks see) ---------------------------------
+
+    @property
+    def collections(self) -> Backend:
+        """The pool's collections backend, reached from the client through an SSH tunnel."""
+        if self._collections is None:
+            raise CollectionsDisabledError(f"pool {self.stack_name} has no collections")
+        return self._collections.backend
+
+    def dict(self, name: str, *, consistency: Consistency | None = None) -> Dict:
+        """The pool's distributed dict ``name``."""
+        return self.collections.dict(name, consistency=consistency)
+
+    def set(self, name: str, *, consistency: Consistency | None = None) -> Set:
+        """The pool's distributed set ``name``."""
+        return self.collections.set(name, consistency=consistency)
+
+    def counter(self, name: str, *, consistency: Consistency | None = None) -> Counter:
+        """The pool's distributed counter ``name``."""
+        return self.collections.counter(name, consistency=consistency)
+
+    def queue(self, name: str) -> Queue:
+        """The pool's distributed FIFO queue ``name``."""
+        return self.collections.queue(name)
+
+    def barrier(self, name: str, n: int) -> Barrier:
+        """The pool's barrier ``name`` for ``n`` participants."""
+        return self.collections.barrier(name, n)
+
+    def lock(self, name: str, timeout: float = 30) -> Lock:
+        """The pool's distributed lock ``name``."""
+        return self.collections.lock(name, timeout)
+
     def close(self) -> None:
         """Disconnect from every node; calls still queued fail with ``NodeConnectionError``."""
         with self._wakeup:
@@ -172,6 +218,8 @@ class Pool:
             self._wakeup.notify_all()
         for call in queued:
             call.future.set_exception(NodeConnectionError(f"pool {self.stack_name} closed"))
+        if self._collections is not None:
+            self._collections.close()
         for node in self.nodes:
             node.close()
 

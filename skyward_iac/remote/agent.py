@@ -49,7 +49,7 @@ class Connection:
             elif isinstance(message, Cancel):
                 self.slots.cancel(message.task_id)
             elif isinstance(message, Configure):
-                self.slots.configure(message.instance)
+                self.slots.configure(message)
 
 
 def authenticate(sock: socket.socket, token: bytes) -> bool:

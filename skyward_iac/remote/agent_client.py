@@ -58,10 +58,11 @@ class AgentClient:
         """Tasks sent and not finished yet."""
         return len(self._pending)
 
-    def configure(self, instance: dict[str, Any]) -> None:
-        """Tell the agent the node's ``InstanceInfo`` (as a dict) before any task."""
+    def configure(self, instance: dict[str, Any], collections: Any = None) -> None:
+        """Tell the agent, before any task, the node's ``InstanceInfo`` (as a dict) and the
+        ``collections.BackendConfig`` its tasks use (None: no collections)."""
         with self._send_lock:
-            protocol.send(self._stream, protocol.encode(Configure(instance)))
+            protocol.send(self._stream, protocol.encode(Configure(instance, collections)))
 
     def submit(self, name: str, payload: bytes, timeout: float | None) -> Future[Any]:
         """Send one task (``payload`` = pickled ``(fn, args, kwargs)``); returns its future."""

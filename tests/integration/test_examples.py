@@ -15,6 +15,7 @@ EXPECTED = {
     "parallel.py": "chunk sums: (6, 15, 24)",
     "broadcast_shard.py": "total: 499500 (expected: 499500)",
     "async_tasks.py": "on the head node: 285",
+    "shared_state.py": "processed: 60 of 60",
 }
 
 

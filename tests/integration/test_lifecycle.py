@@ -32,7 +32,7 @@ def test_up_then_destroy_leaves_nothing_and_keeps_history() -> None:
         name = pool.stack_name
         assert len(stack_sandboxes(name)) == 1
         assert stack_processes(name), "expected the node's sshd and agent to be running"
-        assert ClusterStack.select(name).resource_count() == 2  # credentials + one node
+        assert ClusterStack.select(name).resource_count() == 3  # credentials, etcd PKI, one node
     assert_gone(name)
 
     stack = ClusterStack.select(name)
@@ -94,6 +94,6 @@ def test_cli_show_lists_a_destroyed_stack_history() -> None:
     report = json.loads(out)
     assert report["resources"] == 0
     assert [u["kind"] for u in report["updates"]] == ["destroy", "update"]
-    assert report["updates"][1]["changes"] == {"create": 3}
-    assert report["updates"][0]["changes"] == {"delete": 3}
+    assert report["updates"][1]["changes"] == {"create": 4}
+    assert report["updates"][0]["changes"] == {"delete": 4}
     assert cli.main(["show", "no-such-stack"]) == 1

@@ -29,6 +29,7 @@ class ClusterRequest:
     ``spot-if-available``; default: from ``spec.allocation``), ``max_lifetime`` (seconds; a hard
     cap on each node's life that the cloud enforces even if the node hangs; default: none) and
     ``created_at`` (stamps the ``expires_at`` tag; default: when the program is built).
+    ``collections`` adds the etcd certificates (``ClusterPKI``) for the head node's etcd.
     """
 
     stack_name: str
@@ -38,6 +39,7 @@ class ClusterRequest:
     market: Market | None = None
     max_lifetime: int | None = None
     created_at: datetime | None = None
+    collections: bool = True
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:

@@ -18,6 +18,7 @@ import pulumi_aws as aws
 
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.infra.credentials import StackCredentials
+from skyward_iac.infra.programs.exports import cluster_exports
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs import common
@@ -142,11 +143,7 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
         )
         nodes.append(common.node_output(index, instance.private_ip, instance.public_ip,
                                         host_key.public_key))
-    return {
-        "nodes": nodes,
-        "ssh_private_key": credentials.ssh_private_key,
-        "agent_token": credentials.agent_token,
-    }
+    return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)
 
 
 def _security_group(plan: ClusterPlan, network: Network, rules: tuple[IngressRule, ...],

@@ -45,6 +45,7 @@ class ClusterPlan:
     spot_max_price: float | None
     placement: bool
     tags: Mapping[str, str]
+    collections: bool = True
 
 
 def plan_cluster(request: ClusterRequest) -> ClusterPlan:
@@ -73,6 +74,7 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
     return ClusterPlan(
         stack_name=request.stack_name, offer=offer, market=market,
         node_count=request.node_count, disk_gb=disk_gb, ttl=spec.ttl,
+        collections=request.collections,
         max_lifetime=request.max_lifetime,
         # Never pay more than the user's cap, even if the spot price moves after selection.
         spot_max_price=spec.max_hourly_cost if market == "spot" else None,

@@ -18,6 +18,7 @@ import pulumi_gcp as gcp
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.credentials import StackCredentials
+from skyward_iac.infra.programs.exports import cluster_exports
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, common
 from skyward_iac.infra.programs.cloud_init import SSH_USER
@@ -175,8 +176,4 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
         nodes.append(common.node_output(
             index, interface.network_ip, interface.access_configs[0].nat_ip, host_key.public_key,
         ))
-    return {
-        "nodes": nodes,
-        "ssh_private_key": credentials.ssh_private_key,
-        "agent_token": credentials.agent_token,
-    }
+    return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)

@@ -1,4 +1,4 @@
-"""The Local provider's stack: credentials plus one ``LocalNode`` per requested node."""
+"""The Local provider's stack: credentials, one ``LocalNode`` per node, the etcd certificates."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.home import local_nodes_dir
 from skyward_iac.infra.local_node import LocalNode
 from skyward_iac.infra.programs import ClusterRequest
+from skyward_iac.infra.programs.exports import cluster_exports
 
 
 def local_program(request: ClusterRequest) -> Callable[[], None]:
@@ -33,8 +34,8 @@ def local_program(request: ClusterRequest) -> Callable[[], None]:
                 "host_key": node.host_key,
                 "workdir": node.workdir,
             })
-        pulumi.export("nodes", nodes)
-        pulumi.export("ssh_private_key", credentials.ssh_private_key)
-        pulumi.export("agent_token", credentials.agent_token)
+        exports = cluster_exports(request.stack_name, request.collections, credentials, nodes)
+        for name, value in exports.items():
+            pulumi.export(name, value)
 
     return program

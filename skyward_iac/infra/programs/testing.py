@@ -12,8 +12,10 @@ floats, and default providers never reach the mock.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +81,13 @@ class ProgramMocks(pulumi.runtime.Mocks):
         return dict(self.invokes.get(args.token, {}))
 
     def of_type(self, typ: str) -> list[Registered]:
-        """Every resource of type token ``typ`` (e.g. ``aws:ec2/instance:Instance``), in order."""
-        return [r for r in self.resources if r.typ == typ]
+        """Every resource of type token ``typ`` (e.g. ``aws:ec2/instance:Instance``), sorted by
+        logical name with numbers compared as numbers (``node-2`` before ``node-10``): the
+        engine registers resources as their inputs resolve, in no fixed order."""
+        def key(r: Registered) -> list[object]:
+            return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", r.name)]
+
+        return sorted((r for r in self.resources if r.typ == typ), key=key)
 
     def named(self, name: str) -> Registered:
         """The resource with logical name ``name``."""
@@ -92,6 +99,11 @@ class ProgramMocks(pulumi.runtime.Mocks):
 
 def run_program(program: Callable[[], None], mocks: ProgramMocks) -> dict[str, Any]:
     """Run a stack program against ``mocks`` and return its exports, fully resolved."""
+    try:
+        asyncio.get_event_loop()
+    except RuntimeError:
+        # Pulumi's test runner needs a current loop; an earlier asyncio.run() removed it.
+        asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi.runtime.set_mocks(mocks, preview=False)
     exported: dict[str, Any] = {}
 
