@@ -1,4 +1,4 @@
-"""The ``skyward-iac`` command: inspect the engine and the stacks skyward_iac keeps."""
+"""skyward-iac: inspect the engine and the stacks skyward_iac keeps, list offers, preview a pool."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError
+from skyward_iac.cli_commands import offers, preview
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -63,11 +64,16 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("stack", help="stack name, as printed when the pool started")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(run=_show)
+    offers.add_parser(commands)
+    preview.add_parser(commands)
     return root
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``skyward-iac``; exit code 0 on success, 1 on a skyward error."""
+    """Entry point of ``skyward-iac``.
+
+    Exit code 0 on success, 1 on a skyward error, 2 on a usage error (argparse's own).
+    """
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))

@@ -42,15 +42,65 @@ class NodeAddress:
 
 
 @dataclass(frozen=True, slots=True)
+class EtcdMaterial:
+    """The head etcd's CA, server pair and client pair (PEM); secrets."""
+
+    ca_pem: str
+    server_cert_pem: str
+    server_key_pem: str
+    client_cert_pem: str
+    client_key_pem: str
+
+    def __repr__(self) -> str:
+        return "EtcdMaterial(...)"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterOutputs:
     """A stack's outputs: its nodes plus the secrets needed to reach them."""
 
     nodes: tuple[NodeAddress, ...]
     ssh_private_key: str
     agent_token: str
+    etcd: EtcdMaterial | None = None
 
     def __repr__(self) -> str:  # the secrets never reach a log line
         return f"ClusterOutputs(nodes={self.nodes!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedResource:
+    """One resource a preview would touch: the operation, its Pulumi type and name."""
+
+    op: str  # create, update, replace, delete, same, read ...
+    type: str
+    name: str
+    urn: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What ``pulumi preview`` says an update of the stack would do.
+
+    ``resources`` and ``changes`` (counts by operation) leave out the stack itself and
+    provider resources, as ``resource_count`` does; ``text`` is the engine's own diff.
+    """
+
+    stack: str
+    resources: tuple[PlannedResource, ...]
+    text: str
+
+    @property
+    def changes(self) -> dict[str, int]:
+        """Resources per operation, e.g. ``{"create": 3}``."""
+        counts: dict[str, int] = {}
+        for resource in self.resources:
+            counts[resource.op] = counts.get(resource.op, 0) + 1
+        return counts
+
+    def of_type(self, suffix: str) -> list[PlannedResource]:
+        """The planned resources whose type ends with ``suffix`` (``"LocalNode"``)."""
+        return [r for r in self.resources if r.type.endswith(suffix)]
 
 
 def new_stack_name(spec: Spec, now: datetime | None = None) -> str:
@@ -149,6 +199,42 @@ class ClusterStack:
         except auto.errors.CommandError as exc:
             raise _engine_error("destroy", self.name, exc) from None
 
+    def preview(self, on_output: Callable[[str], Any] | None = None) -> Plan:
+        """Run ``pulumi preview --diff`` and return what an ``up`` would change; nothing is."""
+        steps: dict[str, auto.StepEventMetadata] = {}
+
+        def on_event(event: auto.EngineEvent) -> None:
+            if event.resource_pre_event is not None:
+                step = event.resource_pre_event.metadata
+                # A replacement is three steps for one URN; keep the one that names it.
+                if step.urn not in steps or step.op == auto.OpType.REPLACE:
+                    steps[step.urn] = step
+
+        try:
+            result = self._stack.preview(on_output=on_output or log.debug, on_event=on_event,
+                                         diff=True, color="never")
+        except auto.errors.CommandError as exc:
+            raise _engine_error("preview", self.name, exc) from None
+        # Events arrive in the engine's (parallel) order; sort so two previews read the same.
+        resources = tuple(sorted(
+            (PlannedResource(op=str(step.op.value), type=step.type,
+                             name=step.urn.rsplit("::", 1)[-1], urn=step.urn)
+             for step in steps.values() if not step.type.startswith("pulumi:")),
+            key=lambda r: (r.type, r.name),
+        ))
+        return Plan(stack=self.name, resources=resources, text=result.stdout)
+
+    def remove(self) -> None:
+        """Delete the stack, its history and backups from the backend; it must be empty."""
+        workspace = self._stack.workspace
+        assert isinstance(workspace, auto.LocalWorkspace)
+        # Workspace.remove_stack cannot pass --remove-backups, which leaves <stack>.json.bak.
+        args = ["stack", "rm", "--yes", "--remove-backups", self.name]
+        try:
+            workspace.pulumi_command.run(args, workspace.work_dir, workspace.env_vars)
+        except auto.errors.CommandError as exc:
+            raise _engine_error("stack rm", self.name, exc) from None
+
     def resource_count(self) -> int:
         """Resources currently in the stack's state, the stack itself and providers excluded."""
         deployment = self._stack.export_stack().deployment or {}
@@ -176,8 +262,10 @@ def _parse_outputs(outputs: Mapping[str, auto.OutputValue]) -> ClusterOutputs:
         )
         for n in outputs["nodes"].value
     )
+    etcd = outputs.get("etcd")
     return ClusterOutputs(
         nodes=nodes,
         ssh_private_key=outputs["ssh_private_key"].value,
         agent_token=outputs["agent_token"].value,
+        etcd=EtcdMaterial(**etcd.value) if etcd is not None else None,
     )

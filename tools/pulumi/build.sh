@@ -11,6 +11,8 @@ say() { printf '\033[1m[engine]\033[0m %s\n' "$*" >&2; }
 
 mkdir -p "$DEST"
 install -m 0755 "$HERE/pulumi-resource-pulumi-python" "$DEST/pulumi-resource-pulumi-python"
+# Our Python language host (the Go one is not available from the module proxy): for stacks/.
+install -m 0755 "$HERE/pulumi-language-python" "$DEST/pulumi-language-python"
 
 version_of() { PULUMI_SKIP_UPDATE_CHECK=true "$1" version 2>/dev/null | tr -d '[:space:]'; }
 at_least() { [ "$(printf '%s\n%s\n' "${VERSION#v}" "${1#v}" | sort -V | head -1)" = "${VERSION#v}" ]; }
