@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError
-from skyward_iac.cli_commands import offers, preview
+from skyward_iac.cli_commands import lifecycle, offers, preview
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -66,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
     show.set_defaults(run=_show)
     offers.add_parser(commands)
     preview.add_parser(commands)
+    lifecycle.add_commands(commands)
     return root
 
 

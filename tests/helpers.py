@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from skyward_iac.infra.home import local_nodes_dir
-from skyward_iac.infra.local_node import sandbox_processes
+from skyward_iac.processes import sandbox_processes
 
 
 def stack_sandboxes(stack_name: str) -> list[Path]:

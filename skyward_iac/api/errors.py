@@ -62,3 +62,31 @@ class CollectionError(SkywardError):
 
 class CollectionsDisabledError(SkywardError, RuntimeError):
     """Collections were asked for where they are off (``Options(cluster=False)``)."""
+
+
+class StackBusyError(ProvisionError):
+    """Another update holds the stack's lock (its owner, or another garbage collector)."""
+
+
+class StorageError(SkywardError):
+    """An object-store operation failed; names the bucket, the key and the cause.
+
+    ``bucket`` and ``key`` say what was asked for (``key`` is None for bucket-wide calls).
+    """
+
+    def __init__(self, message: str, *, bucket: str | None = None, key: str | None = None) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+        self.key = key
+
+
+class BucketNotFoundError(StorageError):
+    """The bucket does not exist at that endpoint (or is not visible to these credentials)."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """No object has that key in the bucket; also a ``FileNotFoundError``."""
+
+
+class StorageAccessDeniedError(StorageError, PermissionError):
+    """The endpoint refused the credentials or the operation; also a ``PermissionError``."""

@@ -7,6 +7,7 @@ Stacks live in the file backend under the skyward home; a destroyed stack stays 
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import re
 import secrets
@@ -14,14 +15,19 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pulumi.automation as auto
 
-from skyward_iac.api.errors import ProvisionError, StackNotFoundError
+from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra import engine, home
 from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.processes import is_alive
+
+if TYPE_CHECKING:
+    from skyward_iac.infra.gc import StackRecord
 
 PROJECT = "skyward"
 TAG_PREFIX = "skyward:"
@@ -110,11 +116,20 @@ def new_stack_name(spec: Spec, now: datetime | None = None) -> str:
     return f"{spec.provider.kind}-{owner}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def stack_tags(spec: Spec, node_count: int, now: datetime | None = None) -> dict[str, str]:
+#: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) stay separate; the
+#: rest travel in one JSON tag, because every tag costs the engine one command.
+SEPARATE_TAGS = ("owner", "expires_at", "provider")
+RUN_TAG = "run"
+
+
+def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
+               usd_per_hour: float = 0.0) -> dict[str, str]:
     """The tags every stack carries, read by ``gc``, ``history`` and ops teams."""
     from skyward_iac import __version__
+    from skyward_iac.infra.gc import owner_tags
 
     now = now or datetime.now(UTC)
+    accelerator = spec.accelerator
     return {
         "owner": f"{getpass.getuser()}@{socket.gethostname()}",
         "created_at": now.isoformat(timespec="seconds"),
@@ -124,7 +139,29 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None) -> dict
         "provider": spec.provider.kind,
         "nodes": str(node_count),
         "version": __version__,
+        "accelerator": f"{accelerator.count:g}x{accelerator.name}" if accelerator else "cpu",
+        "allocation": spec.allocation,
+        "usd_per_hour": f"{usd_per_hour:.4f}",
+        **owner_tags(),
     }
+
+
+def encode_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The backend form: separate tags plus one ``run`` tag holding the others as JSON."""
+    separate = {k: v for k, v in tags.items() if k in SEPARATE_TAGS}
+    rest = {k: v for k, v in tags.items() if k not in SEPARATE_TAGS}
+    return {**separate, RUN_TAG: json.dumps(rest, separators=(",", ":"), sort_keys=True)}
+
+
+def decode_tags(stored: Mapping[str, str]) -> dict[str, str]:
+    """The inverse of ``encode_tags`` (tolerates stacks without a ``run`` tag)."""
+    tags = {k: v for k, v in stored.items() if k != RUN_TAG}
+    if RUN_TAG in stored:
+        try:
+            tags.update(json.loads(stored[RUN_TAG]))
+        except ValueError:
+            pass
+    return tags
 
 
 def _workspace_options() -> auto.LocalWorkspaceOptions:
@@ -163,7 +200,7 @@ class ClusterStack:
             request.stack_name, project_name=PROJECT, program=program_for(request),
             opts=_workspace_options(),
         )
-        for key, value in tags.items():
+        for key, value in encode_tags(tags).items():
             stack.set_tag(TAG_PREFIX + key, value)
         return cls(stack)
 
@@ -192,12 +229,43 @@ class ClusterStack:
         """The outputs of the last successful ``up``."""
         return _parse_outputs(self._stack.outputs())
 
-    def destroy(self, on_output: Callable[[str], Any] | None = None) -> None:
-        """Delete every resource of the stack; the stack itself stays on record."""
+    def destroy(self, on_output: Callable[[str], Any] | None = None,
+                message: str = "skyward: pool closed") -> None:
+        """Delete every resource of the stack; the stack itself stays on record, and
+        ``message`` (how the run ended) stays in its update history."""
         try:
-            self._stack.destroy(on_output=on_output or log.debug, color="never")
+            self._stack.destroy(on_output=on_output or log.debug, color="never", message=message)
+        except auto.errors.ConcurrentUpdateError:
+            raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
         except auto.errors.CommandError as exc:
             raise _engine_error("destroy", self.name, exc) from None
+
+    def stale_locks(self) -> list[Path]:
+        """Lock files of this stack left by processes that died on this host."""
+        root = home.state_dir() / ".pulumi" / "locks" / "organization" / PROJECT / self.name
+        stale = []
+        for lock in root.glob("*.json"):
+            try:
+                holder = json.loads(lock.read_text())
+            except (OSError, ValueError):
+                continue
+            same_host = holder.get("hostname") == socket.gethostname()
+            if same_host and not is_alive(int(holder.get("pid", 0))):
+                stale.append(lock)
+        return stale
+
+    def clear_crash_leftovers(self) -> None:
+        """Undo what a crashed update leaves: a stale lock (``cancel``, only when its holder is
+        dead) and pending operations or resources that vanished (``refresh``)."""
+        if self.stale_locks():
+            self._stack.cancel()
+        try:
+            self._stack.refresh(clear_pending_creates=True, color="never", on_output=log.debug,
+                                message="skyward: refresh before cleanup")
+        except auto.errors.ConcurrentUpdateError:
+            raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
+        except auto.errors.CommandError as exc:
+            raise _engine_error("refresh", self.name, exc) from None
 
     def preview(self, on_output: Callable[[str], Any] | None = None) -> Plan:
         """Run ``pulumi preview --diff`` and return what an ``up`` would change; nothing is."""
@@ -250,7 +318,33 @@ class ClusterStack:
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""
         tags = self._stack.workspace.list_tags(self.name)
-        return {k.removeprefix(TAG_PREFIX): v for k, v in tags.items() if k.startswith(TAG_PREFIX)}
+        return decode_tags(
+            {k.removeprefix(TAG_PREFIX): v for k, v in tags.items() if k.startswith(TAG_PREFIX)}
+        )
+
+
+def list_records(only_live: bool = False) -> list[StackRecord]:
+    """Every skyward stack in the backend with its tags and resource count (gc, history).
+
+    ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each.
+    """
+    from skyward_iac.infra.gc import StackRecord
+
+    options = _workspace_options()
+    workspace = auto.LocalWorkspace(
+        work_dir=options.work_dir, pulumi_command=options.pulumi_command,
+        env_vars=options.env_vars, project_settings=options.project_settings,
+    )
+    records = []
+    for summary in workspace.list_stacks():
+        name, count = summary.name.rsplit("/", 1)[-1], summary.resource_count or 0
+        tags: dict[str, str] = {}
+        if count or not only_live:
+            stored = workspace.list_tags(name)
+            tags = decode_tags({k.removeprefix(TAG_PREFIX): v for k, v in stored.items()
+                                if k.startswith(TAG_PREFIX)})
+        records.append(StackRecord(name, tags, count))
+    return records
 
 
 def _parse_outputs(outputs: Mapping[str, auto.OutputValue]) -> ClusterOutputs:

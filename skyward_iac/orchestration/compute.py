@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,15 +17,16 @@ from contextvars import Token
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.errors import ConfigError, StackBusyError
 from skyward_iac.api.function import Dispatcher, active_pool
 from skyward_iac.api.runtime import InstanceInfo, PeerInfo
 from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
-from skyward_iac.infra import engine, offers
+from skyward_iac.infra import engine, gc, offers
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import ClusterOutputs, ClusterStack, new_stack_name, stack_tags
 from skyward_iac.collections import context as collections_context
 from skyward_iac.orchestration.collections import ClientCollections, head_etcd_plan, node_config
+from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.orchestration.node import Node, plan_for
 from skyward_iac.orchestration.pool import Pool, print_output
 
@@ -55,6 +57,15 @@ def _resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, A
     if not all(isinstance(s, Spec) for s in specs):
         raise ConfigError("positional arguments of sky.Compute must be sky.Spec objects")
     return offers.select(specs, selection)
+
+
+def ending(exc: BaseException | None) -> str:
+    """How a run ended, as recorded in the stack's history."""
+    if exc is None:
+        return "pool closed"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl+C)"
+    return f"closed after {type(exc).__name__}"
 
 
 def instance_infos(outputs: ClusterOutputs, spec: Spec, job_id: str) -> list[InstanceInfo]:
@@ -100,14 +111,19 @@ class Compute:
         self.pool: Pool | None = None
         #: Seconds spent in each phase: create, up, nodes (SSH + bootstrap + agent), destroy.
         self.timings: dict[str, float] = {}
+        self._heartbeat: Heartbeat | None = None
         self._context: Token[Dispatcher | None] | None = None
 
     def provision(self) -> Pool:
         """Create and bring up the stack and its nodes; on any failure destroy it again."""
         started = time.monotonic()
+        if self.options.gc_on_start:
+            # Other stacks only: it runs beside this pool's provisioning, not before it.
+            threading.Thread(target=self._collect_garbage, name="skyward-gc", daemon=True).start()
         try:
             with self._phase("create"):
-                self.stack = ClusterStack.create(self.request, stack_tags(self.spec, self.node_count))
+                tags = stack_tags(self.spec, self.node_count, usd_per_hour=self._usd_per_hour())
+                self.stack = ClusterStack.create(self.request, tags)
             log.info("stack %s: bringing up %d node(s)", self.stack_name, self.node_count)
             with self._phase("up"):
                 outputs = self.stack.up()
@@ -115,8 +131,10 @@ class Compute:
                 nodes = self._start_nodes(outputs)
                 self.pool = Pool(self.stack_name, nodes, self.options,
                                  ClientCollections(outputs, self.stack_name, nodes[0].connection))
-        except BaseException:
-            self.teardown()
+                if self.spec.ttl:
+                    self._heartbeat = Heartbeat(nodes, self.spec.ttl)
+        except BaseException as exc:
+            self.teardown(ending(exc))
             raise
         log.info("pool %s ready in %.1fs (%s)", self.stack_name, time.monotonic() - started,
                  ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
@@ -146,16 +164,49 @@ class Compute:
             raise errors[0]
         return nodes
 
-    def teardown(self) -> None:
-        """Close the pool's connections and destroy the stack (the stack stays on record)."""
+    def teardown(self, how: str = "pool closed") -> None:
+        """Close the pool's connections and destroy the stack (the stack stays on record, its
+        history saying ``how`` the run ended)."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
         if self.stack is not None:
+            log.info("stack %s: destroying (%s)", self.stack_name, how)
             with self._phase("destroy"):
-                self.stack.destroy()
+                self._destroy(self.stack, how)
             log.info("stack %s: destroyed in %.1fs", self.stack_name, self.timings["destroy"])
             self.stack = None
+
+    def _destroy(self, stack: ClusterStack, how: str) -> None:
+        # After Ctrl+C the engine may still be finishing the interrupted update and hold the
+        # lock for a moment: wait for it (bounded), and clear a lock whose holder died.
+        deadline = time.monotonic() + self.options.shutdown_timeout
+        while True:
+            try:
+                stack.destroy(message=f"skyward: {how}")
+                return
+            except StackBusyError:
+                if time.monotonic() > deadline:
+                    raise
+                if stack.stale_locks():
+                    stack.clear_crash_leftovers()
+                time.sleep(0.5)
+
+    def _collect_garbage(self) -> None:
+        try:
+            for action in gc.collect(retention_days=None, this_host_only=True):
+                log.info("gc: %s %s (%s)", action.action, action.stack, action.reason)
+        except Exception as exc:  # noqa: BLE001 - a failed cleanup must not block new work
+            log.warning("gc before start failed: %s", exc)
+
+    def _usd_per_hour(self) -> float:
+        try:
+            return self.choice.hourly * self.choice.nodes
+        except Exception:  # noqa: BLE001 - an estimate only
+            return 0.0
 
     def __enter__(self) -> Pool:
         pool = self.provision()
@@ -169,7 +220,7 @@ class Compute:
             collections_context.unbind(self._collections)
             active_pool.reset(self._context)
             self._context = None
-        self.teardown()
+        self.teardown(ending(exc))
 
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:

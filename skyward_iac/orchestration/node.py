@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import PurePosixPath
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
+        ttl=spec.ttl,
+        # A Local node's workdir is <sandbox>/work; its watchdog stops the whole sandbox.
+        sandbox=str(PurePosixPath(address.workdir).parent) if spec.provider.kind == "local" else None,
         timeout=options.bootstrap_timeout or spec.image.bootstrap_timeout,
     )
 

@@ -52,6 +52,11 @@ class BootstrapPlan:
     executor: str = "thread"
     fresh_processes: bool = False
     etcd: EtcdServerPlan | None = None
+    #: Seconds without a client heartbeat before the node stops itself (0: never).
+    ttl: int = 0
+    #: A Local node's sandbox: its watchdog stops everything in it when the ttl runs out.
+    #: Cloud nodes get theirs from cloud-init instead (it powers the instance off).
+    sandbox: str | None = None
     timeout: float = 300.0
 
 
@@ -103,6 +108,8 @@ def script(plan: BootstrapPlan) -> str:
         "rm -rf lib/skyward_iac && tar -xzf project.tgz -C lib",
         'SITE=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")',
         'echo "$W/lib" > "$SITE/skyward_project.pth"',
+        'touch "$W/heartbeat"',
+        *_watchdog_lines(plan),
         *_etcd_lines(plan),
         'step "agent"',
         *(f"export {name}={q(value)}" for name, value in plan.env.items()),
@@ -121,6 +128,19 @@ def script(plan: BootstrapPlan) -> str:
         'echo "::agent-port $(cat run/agent.port)"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def _watchdog_lines(plan: BootstrapPlan) -> list[str]:
+    if not plan.ttl or plan.sandbox is None:
+        return []
+    return [
+        'step "ttl watchdog"',
+        '[ -s run/watchdog.pid ] && kill -0 "$(cat run/watchdog.pid)" 2>/dev/null || {',
+        '  setsid "$W/venv/bin/python" -m skyward_iac.remote.watchdog --heartbeat "$W/heartbeat" '
+        f'--ttl {plan.ttl} --sandbox {shlex.quote(plan.sandbox)} > log/watchdog.log 2>&1 < /dev/null &',
+        '  echo $! > run/watchdog.pid',
+        "}",
+    ]
 
 
 def _etcd_lines(plan: BootstrapPlan) -> list[str]:

@@ -1,0 +1,134 @@
+"""Garbage collection of stacks whose client is gone: the policy (pure) and its execution.
+
+A stack is collected when it still holds resources, its ``expires_at`` has passed and its
+owner is gone: the owning process is dead on this host (pid and start time from its tags), or
+the stack belongs to another host (whose nodes have stopped themselves by now). Collection
+clears what a crash leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``,
+then destroys. Running two collectors at once is safe: the second finds the stack locked and
+skips it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from skyward_iac.api.errors import StackBusyError
+from skyward_iac.processes import is_alive
+
+log = logging.getLogger("skyward")
+
+
+def process_started(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags that identify this client process to a later collector."""
+    return {"pid": str(os.getpid()), "pid_started": process_started(os.getpid()) or "",
+            "host": socket.gethostname()}
+
+
+@dataclass(frozen=True, slots=True)
+class StackRecord:
+    """What the policy needs to know about one stack."""
+
+    name: str
+    tags: dict[str, str]
+    resource_count: int
+
+
+def owner_gone(tags: dict[str, str], host: str,
+               alive: Callable[[int, str], bool]) -> bool:
+    """True when the client that owns the stack no longer runs."""
+    if tags.get("host") != host:
+        return True  # another machine: its nodes' watchdogs are the guarantee
+    try:
+        pid = int(tags["pid"])
+    except (KeyError, ValueError):
+        return True
+    return not alive(pid, tags.get("pid_started", ""))
+
+
+def collect_reason(record: StackRecord, now: datetime, host: str,
+                   alive: Callable[[int, str], bool]) -> str | None:
+    """Why ``record`` should be destroyed now, or None to leave it alone."""
+    if record.resource_count == 0 or "created_at" not in record.tags:
+        return None
+    expires = record.tags.get("expires_at", "never")
+    if expires == "never" or datetime.fromisoformat(expires) > now:
+        return None
+    if not owner_gone(record.tags, host, alive):
+        return None
+    return f"expired at {expires} and its owner ({record.tags.get('owner', '?')}) is gone"
+
+
+def prune_reason(record: StackRecord, now: datetime, retention: timedelta) -> str | None:
+    """Why an empty stack's record should be removed (older than the history retention)."""
+    created = record.tags.get("created_at")
+    if record.resource_count or not created:
+        return None
+    if datetime.fromisoformat(created) + retention > now:
+        return None
+    return f"empty and created {created}, older than the retention of {retention.days} days"
+
+
+def _pid_alive(pid: int, started: str) -> bool:
+    return is_alive(pid) and (not started or process_started(pid) == started)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing gc did (or would do, with ``dry_run``)."""
+
+    stack: str
+    action: str  # "destroyed" | "pruned" | "skipped" | "failed"
+    reason: str
+
+
+def collect(retention_days: float | None = 30, dry_run: bool = False,
+            only: Iterable[str] | None = None, this_host_only: bool = False) -> list[Action]:
+    """Destroy stale stacks and, unless ``retention_days`` is None, prune empty ones older
+    than the retention. ``this_host_only`` limits gc to stacks this machine created (the quick
+    gc a new Compute runs). Returns what was done (or would be, with ``dry_run``)."""
+    from skyward_iac.infra.stack import ClusterStack, list_records
+
+    now, host = datetime.now(UTC), socket.gethostname()
+    wanted = set(only) if only is not None else None
+    actions: list[Action] = []
+    for record in list_records(only_live=retention_days is None):
+        if wanted is not None and record.name not in wanted:
+            continue
+        if this_host_only and record.tags.get("host") != host:
+            continue
+        if reason := collect_reason(record, now, host, _pid_alive):
+            actions.append(Action(record.name, "destroyed", reason) if dry_run
+                           else _destroy(ClusterStack, record.name, reason))
+        elif retention_days is not None and (
+            reason := prune_reason(record, now, timedelta(days=retention_days))
+        ):
+            if not dry_run:
+                ClusterStack.select(record.name).remove()
+            actions.append(Action(record.name, "pruned", reason))
+    return actions
+
+
+def _destroy(stack_type: type, name: str, reason: str) -> Action:
+    try:
+        stack = stack_type.select(name)
+        stack.clear_crash_leftovers()
+        stack.destroy(message=f"skyward gc: {reason}")
+    except StackBusyError:
+        return Action(name, "skipped", "another update holds the stack (a collector or its owner)")
+    except Exception as exc:  # noqa: BLE001 - one stack's failure must not stop the others
+        return Action(name, "failed", str(exc).strip().splitlines()[-1] if str(exc) else repr(exc))
+    return Action(name, "destroyed", reason)

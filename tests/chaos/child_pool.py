@@ -1,0 +1,36 @@
+"""A client process for chaos tests: brings a Local pool up and reports its progress.
+
+Usage: python child_pool.py NODES TTL MODE, where MODE is:
+  idle  - print READY <stack> once the pool is ready, then wait forever inside the block;
+  task  - print READY <stack>, then run a long task inside the block;
+  exit  - leave the block at once (the test interrupts the destroy).
+Progress lines go to stderr through the `skyward` logger; READY goes to stdout.
+"""
+
+import logging
+import sys
+import time
+
+import skyward_iac as sky
+
+
+@sky.function
+def long_task() -> None:
+    time.sleep(600)
+
+
+def main() -> None:
+    nodes, ttl, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    with sky.Compute(provider=sky.Local(), nodes=nodes, ttl=ttl,
+                     options=sky.Options(gc_on_start=False)) as pool:
+        print(f"READY {pool.stack_name}", flush=True)
+        if mode == "idle":
+            while True:
+                time.sleep(1)
+        if mode == "task":
+            long_task() >> pool
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Nothing leaks, whatever happens to the client: kill -9, Ctrl+C in every phase, two gcs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.infra.stack import ClusterStack
+from tests.helpers import stack_processes, stack_sandboxes
+
+pytestmark = pytest.mark.chaos
+CHILD = Path(__file__).with_name("child_pool.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Child:
+    """A child client process whose stderr (the skyward log) is read line by line."""
+
+    def __init__(self, nodes: int, ttl: int, mode: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(CHILD), str(nodes), str(ttl), mode], cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        self.lines: list[str] = []
+        self.stack: str | None = None
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+            if found := re.search(r"(local-[A-Za-z0-9_.-]+-\d{8}-\d{6}-[0-9a-f]{6})", line):
+                self.stack = self.stack or found.group(1)
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(re.search(pattern, line) for line in self.lines):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"never saw {pattern!r}:\n" + "\n".join(self.lines[-30:]))
+            time.sleep(0.02)
+
+    def signal(self, sig: int) -> None:
+        self.process.send_signal(sig)
+
+    def finish(self, timeout: float = 180) -> int:
+        return self.process.wait(timeout)
+
+
+def wait_until_gone(stack: str, timeout: float) -> float:
+    """Seconds until no process or sandbox of ``stack`` is left (fails after ``timeout``)."""
+    started = time.monotonic()
+    while stack_processes(stack) or stack_sandboxes(stack):
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"still there after {timeout}s: pids {stack_processes(stack)}, "
+                                 f"sandboxes {stack_sandboxes(stack)}")
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
+def skyward_iac(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "skyward_iac.cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_sigkill_of_the_client_nodes_stop_themselves_within_ttl_and_gc_empties_the_stack() -> None:
+    ttl = 6
+    child = Child(nodes=2, ttl=ttl, mode="idle")
+    child.wait_for(r"^READY ")
+    stack = child.stack
+    assert stack and stack_processes(stack)
+    child.signal(signal.SIGKILL)
+    child.finish()
+    gone_after = wait_until_gone(stack, timeout=ttl + 20)
+    assert gone_after <= ttl + 20
+    assert ClusterStack.select(stack).resource_count() > 0  # the stack still lists them
+    done = skyward_iac("gc")
+    assert done.returncode == 0, done.stderr
+    assert f"{stack}: destroyed" in done.stdout
+    assert ClusterStack.select(stack).resource_count() == 0
+    again = skyward_iac("gc")  # idempotent
+    assert again.returncode == 0 and stack not in again.stdout
+
+
+@pytest.mark.parametrize(("mode", "marker"), [
+    ("idle", r"bringing up"),       # during `pulumi up`
+    ("idle", r"^READY "),           # between tasks
+    ("task", r"^READY "),           # while a task runs
+])
+def test_ctrl_c_leaves_nothing_behind(mode: str, marker: str) -> None:
+    child = Child(nodes=2, ttl=600, mode=mode)
+    child.wait_for(marker)
+    if mode == "task":
+        time.sleep(1)  # the task is running now
+    child.signal(signal.SIGINT)
+    assert child.finish() != 0
+    stack = child.stack
+    assert stack
+    assert any("destroyed in" in line for line in child.lines), "\n".join(child.lines[-20:])
+    wait_until_gone(stack, timeout=10)
+    assert ClusterStack.select(stack).resource_count() == 0
+    assert "interrupted (Ctrl+C)" in (ClusterStack.select(stack).history()[0].message or "")
+
+
+def test_ctrl_c_during_destroy_leaves_a_state_gc_finishes() -> None:
+    child = Child(nodes=2, ttl=5, mode="exit")
+    child.wait_for(r"destroying")
+    child.signal(signal.SIGINT)
+    child.finish()
+    stack = child.stack
+    assert stack
+    time.sleep(6)  # past the ttl: whatever the interrupted destroy left is now collectable
+    done = skyward_iac("gc")
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_until_gone(stack, timeout=30)
+    assert ClusterStack.select(stack).resource_count() == 0
+
+
+def test_two_collectors_at_once_are_safe() -> None:
+    child = Child(nodes=1, ttl=4, mode="idle")
+    child.wait_for(r"^READY ")
+    stack = child.stack
+    assert stack
+    child.signal(signal.SIGKILL)
+    child.finish()
+    wait_until_gone(stack, timeout=30)
+    results: list[subprocess.CompletedProcess[str]] = []
+    threads = [threading.Thread(target=lambda: results.append(skyward_iac("gc")))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(r.returncode == 0 for r in results), [r.stdout + r.stderr for r in results]
+    assert ClusterStack.select(stack).resource_count() == 0
+    outputs = "\n".join(r.stdout for r in results)
+    assert outputs.count(f"{stack}: destroyed") == 1
+
+
+def test_history_lists_destroyed_runs_with_how_they_ended() -> None:
+    done = skyward_iac("history", "--json", "--limit", "200")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    runs = json.loads(done.stdout)
+    endings = {run["ended"] for run in runs}
+    assert "skyward: interrupted (Ctrl+C)" in endings
+    assert any(e.startswith("skyward gc:") for e in endings)
+    assert all(run["live_resources"] == 0 for run in runs if run["ended"].startswith("skyward"))

@@ -1,0 +1,101 @@
+"""The pure lifecycle policies: who gc collects or prunes, heartbeat and watchdog timing, tags."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.infra.gc import (
+    StackRecord,
+    collect_reason,
+    owner_gone,
+    process_started,
+    prune_reason,
+)
+from skyward_iac.infra.stack import decode_tags, encode_tags
+from skyward_iac.orchestration.compute import ending
+from skyward_iac.orchestration.heartbeat import beat_interval
+from skyward_iac.remote.watchdog import check_interval, silent_for
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def record(expires: str, count: int = 2, host: str = "here", pid: str = "42",
+           created: str = "2026-11-22T11:00:00+00:00") -> StackRecord:
+    return StackRecord("s", {"created_at": created, "expires_at": expires, "host": host,
+                             "pid": pid, "pid_started": "7", "owner": "me@here"}, count)
+
+
+def alive(pid: int, started: str) -> bool:
+    return pid == 42 and started == "7"
+
+
+def dead(pid: int, started: str) -> bool:
+    return False
+
+
+@pytest.mark.parametrize(("rec", "liveness", "collect"), [
+    (record("2026-11-22T11:30:00+00:00"), dead, True),             # expired, owner dead
+    (record("2026-11-22T11:30:00+00:00"), alive, False),           # expired, owner alive
+    (record("2026-11-22T12:30:00+00:00"), dead, False),            # not expired yet
+    (record("never"), dead, False),                                # ttl=0: never by expiry
+    (record("2026-11-22T11:30:00+00:00", count=0), dead, False),   # already destroyed
+    (record("2026-11-22T11:30:00+00:00", host="elsewhere"), alive, True),  # other machine
+    (StackRecord("x", {}, 3), dead, False),                        # not a skyward stack
+])
+def test_collect_reason(rec: StackRecord, liveness, collect: bool) -> None:
+    reason = collect_reason(rec, NOW, "here", liveness)
+    assert (reason is not None) == collect
+    if reason:
+        assert "expired" in reason and "me@here" in reason
+
+
+def test_a_reused_pid_is_not_the_owner() -> None:
+    tags = {"host": "here", "pid": "42", "pid_started": "8"}
+    assert owner_gone(tags, "here", alive)
+    assert not owner_gone({**tags, "pid_started": "7"}, "here", alive)
+    assert owner_gone({"host": "here"}, "here", alive)  # no pid recorded
+
+
+def test_this_process_start_time_is_known() -> None:
+    assert process_started(os.getpid()) and process_started(os.getpid()) == process_started(os.getpid())
+
+
+def test_prune_only_old_empty_stacks() -> None:
+    old = record("never", count=0, created="2026-09-01T00:00:00+00:00")
+    assert prune_reason(old, NOW, timedelta(days=30))
+    assert prune_reason(record("never", count=0), NOW, timedelta(days=30)) is None
+    assert prune_reason(record("never", count=1, created="2026-01-01T00:00:00+00:00"), NOW,
+                        timedelta(days=30)) is None
+
+
+def test_tags_round_trip_and_keep_filterable_ones_separate() -> None:
+    tags = {"owner": "me@here", "expires_at": "never", "provider": "local", "ttl": "600",
+            "nodes": "2", "pid": "42"}
+    stored = encode_tags(tags)
+    assert set(stored) == {"owner", "expires_at", "provider", "run"}
+    assert decode_tags(stored) == tags
+    assert decode_tags({"owner": "x"}) == {"owner": "x"}
+
+
+def test_heartbeat_and_watchdog_timing() -> None:
+    assert beat_interval(600) == 30 and beat_interval(6) == 2 and beat_interval(1) == 0.5
+    assert check_interval(600) == 15 and check_interval(6) == 1.5
+
+
+def test_silence_is_measured_from_the_heartbeat_file(tmp_path: Path) -> None:
+    beat = tmp_path / "heartbeat"
+    assert silent_for(beat) == float("inf")
+    beat.touch()
+    os.utime(beat, (time.time() - 50, time.time() - 50))
+    assert 49 < silent_for(beat) < 52
+
+
+def test_how_a_run_ended() -> None:
+    assert ending(None) == "pool closed"
+    assert ending(KeyboardInterrupt()) == "interrupted (Ctrl+C)"
+    assert ending(ValueError("x")) == "closed after ValueError"
