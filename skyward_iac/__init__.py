@@ -64,6 +64,12 @@ _LAZY = {
     "Session": "skyward_iac.orchestration.compute",
     "pool": "skyward_iac.orchestration.compute",
     "Pool": "skyward_iac.orchestration.pool",
+    **{name: "skyward_iac.observability.events" for name in (
+        "Event", "ClusterRequested", "ClusterProvisioned", "ClusterReady", "ClusterDestroyed",
+        "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
+        "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole",
+        "TaskStarted", "TaskCompleted", "Metric", "Log", "Error", "StackProgress",
+    )},
     # The collections load the etcd client (gRPC) only when first used.
     **{name: "skyward_iac.collections.context"
        for name in ("dict", "set", "counter", "queue", "barrier", "lock")},

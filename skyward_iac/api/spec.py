@@ -88,6 +88,8 @@ class Options(_Frozen):
     #: Which of several Specs ``sky.Compute(spec_a, spec_b)`` provisions: the ``"cheapest"``
     #: offer across all of them, or the ``"first"`` spec that has any offer.
     selection: SelectionStrategy = "cheapest"
+    retry_on_interruption: int = Field(
+        default=3, ge=0, description="retries of a task whose node was lost (preempted, killed)")
     gc_on_start: bool = Field(
         default=True, description="first destroy this machine's stacks whose owner is gone")
     cluster: bool | None = Field(

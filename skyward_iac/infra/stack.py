@@ -9,9 +9,11 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import os
 import re
 import secrets
 import socket
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -164,16 +166,28 @@ def decode_tags(stored: Mapping[str, str]) -> dict[str, str]:
     return tags
 
 
+def _project_dir() -> str:
+    """The workspace with its ``Pulumi.yaml``, written once and atomically.
+
+    A LocalWorkspace given project settings rewrites Pulumi.yaml every time; two threads or
+    processes doing that at once (a pool starting while gc runs) interleave their writes.
+    """
+    work_dir = home.workspace_dir()
+    project = work_dir / "Pulumi.yaml"
+    text = f"name: {PROJECT}\nruntime: python\nbackend:\n  url: file://{home.state_dir()}\n"
+    if not project.exists() or project.read_text() != text:
+        tmp = work_dir / f".Pulumi.yaml.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(text)
+        tmp.replace(project)
+    return str(work_dir)
+
+
 def _workspace_options() -> auto.LocalWorkspaceOptions:
     found = engine.find_engine()
     return auto.LocalWorkspaceOptions(
-        work_dir=str(home.workspace_dir()),
+        work_dir=_project_dir(),
         pulumi_command=auto.PulumiCommand(root=str(found.root)),
         env_vars=engine.engine_env(found),
-        project_settings=auto.ProjectSettings(
-            name=PROJECT, runtime="python",
-            backend=auto.ProjectBackend(url=f"file://{home.state_dir()}"),
-        ),
     )
 
 
@@ -217,10 +231,13 @@ class ClusterStack:
             ) from None
         return cls(stack)
 
-    def up(self, on_output: Callable[[str], Any] | None = None) -> ClusterOutputs:
-        """Provision (or converge) the stack and return its outputs."""
+    def up(self, on_output: Callable[[str], Any] | None = None, refresh: bool = False,
+           message: str | None = None) -> ClusterOutputs:
+        """Provision (or converge) the stack and return its outputs; ``refresh`` first reads
+        every resource back, so a node that vanished is noticed and created again."""
         try:
-            result = self._stack.up(on_output=on_output or log.debug, color="never")
+            result = self._stack.up(on_output=on_output or log.debug, color="never",
+                                    refresh=refresh, message=message)
         except auto.errors.CommandError as exc:
             raise _engine_error("up", self.name, exc) from None
         return _parse_outputs(result.outputs)
@@ -333,7 +350,7 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
     options = _workspace_options()
     workspace = auto.LocalWorkspace(
         work_dir=options.work_dir, pulumi_command=options.pulumi_command,
-        env_vars=options.env_vars, project_settings=options.project_settings,
+        env_vars=options.env_vars,
     )
     records = []
     for summary in workspace.list_stacks():

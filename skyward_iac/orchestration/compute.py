@@ -26,6 +26,8 @@ from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import ClusterOutputs, ClusterStack, new_stack_name, stack_tags
 from skyward_iac.collections import context as collections_context
 from skyward_iac.orchestration.collections import ClientCollections, head_etcd_plan, node_config
+from skyward_iac.observability.bus import EventBus
+from skyward_iac.observability.events import Error, Event, InstancePreempted, InstanceReplaced
 from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.orchestration.node import Node, plan_for
 from skyward_iac.orchestration.pool import Pool, print_output
@@ -92,7 +94,8 @@ class Compute:
     """
 
     def __init__(self, *specs: Spec, name: str | None = None, options: Options | None = None,
-                 on_output: Callable[[int, str, str], Any] = print_output, **fields: Any) -> None:
+                 on_output: Callable[[int, str, str], Any] = print_output,
+                 on_event: Callable[[Event], Any] | None = None, **fields: Any) -> None:
         if options is not None and not isinstance(options, Options):
             raise ConfigError(f"options must be sky.Options(...), got {type(options).__name__}")
         self.options = options or Options()
@@ -112,6 +115,11 @@ class Compute:
         #: Seconds spent in each phase: create, up, nodes (SSH + bootstrap + agent), destroy.
         self.timings: dict[str, float] = {}
         self._heartbeat: Heartbeat | None = None
+        #: Every event of this pool; ``on_event`` and ``pool.on(...)`` subscribe to it.
+        self.events = EventBus()
+        if on_event is not None:
+            self.events.subscribe(on_event)
+        self._replacing = threading.Lock()
         self._context: Token[Dispatcher | None] | None = None
 
     def provision(self) -> Pool:
@@ -130,7 +138,9 @@ class Compute:
             with self._phase("nodes"):
                 nodes = self._start_nodes(outputs)
                 self.pool = Pool(self.stack_name, nodes, self.options,
-                                 ClientCollections(outputs, self.stack_name, nodes[0].connection))
+                                 ClientCollections(outputs, self.stack_name, nodes[0].connection),
+                                 self.events)
+                self.pool.on_node_lost = self._node_lost
                 if self.spec.ttl:
                     self._heartbeat = Heartbeat(nodes, self.spec.ttl)
         except BaseException as exc:
@@ -149,6 +159,7 @@ class Compute:
                     Node.start, address, outputs,
                     plan_for(address, self.spec, self.options, etcd),
                     self.options.ssh_timeout, infos[address.index], self.on_output, collections,
+                    self._lost,
                 )
                 for address in outputs.nodes
             ]
@@ -163,6 +174,51 @@ class Compute:
                 node.close()
             raise errors[0]
         return nodes
+
+    def _lost(self, index: int) -> None:
+        if self.pool is not None:
+            self.pool.node_lost(index)
+
+    def _node_lost(self, index: int) -> None:
+        log.warning("stack %s: node %d lost; replacing it", self.stack_name, index)
+        self.events.emit(InstancePreempted(stack=self.stack_name, node=index,
+                                           reason="connection to the node was lost"))
+        threading.Thread(target=self._replace, args=(index,), name=f"replace-node-{index}",
+                         daemon=True).start()
+
+    def _replace(self, index: int) -> None:
+        """Bring node ``index`` back through a stack update (refresh notices it is gone, the
+        update creates it again), bootstrap it, and tell every peer the new addresses."""
+        with self._replacing:  # one stack update at a time
+            stack, pool = self.stack, self.pool
+            if stack is None or pool is None:
+                return
+            try:
+                outputs = stack.up(refresh=True, message=f"skyward: replace node {index}")
+                infos = instance_infos(outputs, self.spec, self.stack_name)
+                etcd, collections = head_etcd_plan(outputs), node_config(outputs, self.stack_name)
+                address = outputs.nodes[index]
+                node = Node.start(address, outputs, plan_for(address, self.spec, self.options, etcd),
+                                  self.options.ssh_timeout, infos[index], self.on_output,
+                                  collections, self._lost)
+            except Exception as exc:  # noqa: BLE001 - reported; the pool keeps the other nodes
+                log.error("stack %s: replacing node %d failed: %s", self.stack_name, index, exc)
+                self.events.emit(Error(stack=self.stack_name, node=index,
+                                       message=f"replacing node {index} failed: {exc}"))
+                return
+            if self.pool is not pool:  # the pool closed meanwhile
+                node.close()
+                return
+            old = pool.nodes[index].address
+            pool.replace(index, node)
+            for other in pool.nodes:
+                if other is not node and other.address.index not in pool.lost:
+                    other.configure(infos[other.address.index], collections)
+        log.info("stack %s: node %d replaced (%s -> %s)", self.stack_name, index,
+                 old.public_address, address.public_address)
+        self.events.emit(InstanceReplaced(stack=self.stack_name, node=index,
+                                          old_instance_id=old.public_address,
+                                          instance_id=address.public_address))
 
     def teardown(self, how: str = "pool closed") -> None:
         """Close the pool's connections and destroy the stack (the stack stays on record, its

@@ -56,20 +56,26 @@ class Node:
     @classmethod
     def start(cls, address: NodeAddress, outputs: ClusterOutputs, plan: BootstrapPlan,
               ssh_timeout: float, instance: InstanceInfo,
-              on_output: Callable[[int, str, str], Any], collections: Any = None) -> Node:
+              on_output: Callable[[int, str, str], Any], collections: Any = None,
+              on_lost: Callable[[int], Any] | None = None) -> Node:
         """Connect over SSH (pinned host key), bootstrap, open the agent tunnel, and tell the
         agent where the node sits in the pool."""
         connection = ssh.connect(address, outputs.ssh_private_key, ssh_timeout)
         try:
             port = bootstrap(connection, plan, outputs.agent_token)
             channel = ssh.open_tunnel(connection, port, ssh_timeout)
-            agent = AgentClient(channel, outputs.agent_token, address.index, on_output)
-            agent.configure(instance.model_dump(exclude={"global_worker_index", "total_workers",
-                                                         "is_head", "hostname"}), collections)
+            agent = AgentClient(channel, outputs.agent_token, address.index, on_output, on_lost)
+            node = cls(address, connection, agent)
+            node.configure(instance, collections)
         except BaseException:
             connection.close()
             raise
-        return cls(address, connection, agent)
+        return node
+
+    def configure(self, instance: InstanceInfo, collections: Any = None) -> None:
+        """(Re)tell the agent its place in the pool, e.g. after a peer was replaced."""
+        computed = {"global_worker_index", "total_workers", "is_head", "hostname"}
+        self.agent.configure(instance.model_dump(exclude=computed), collections)
 
     def close(self) -> None:
         """Close the agent channel and the SSH connection (the node itself keeps running)."""

@@ -29,6 +29,8 @@ from skyward_iac.collections import (
     Queue,
     Set,
 )
+from skyward_iac.observability.bus import EventBus, Subscription
+from skyward_iac.observability.events import Event
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.node import Node
 
@@ -50,17 +52,25 @@ class _Call:
     payload: bytes
     future: Future[Any]
     node: int | None
+    attempts: int = 0
 
 
 class Pool:
     """Ready nodes of one stack and the operations that run work on them."""
 
     def __init__(self, stack_name: str, nodes: list[Node], options: Options,
-                 collections: ClientCollections | None = None) -> None:
+                 collections: ClientCollections | None = None,
+                 events: EventBus | None = None) -> None:
         self.stack_name = stack_name
         self.nodes = nodes
         self.options = options
         self._collections = collections
+        #: Nodes whose connection was lost, waiting for their replacement.
+        self.lost: set[int] = set()
+        #: Called with a node's index when its connection is lost (set by ``Compute``).
+        self.on_node_lost: Callable[[int], None] | None = None
+        #: Where the pool's events go; ``Compute`` passes its own bus.
+        self.events = events or EventBus()
         self.slots_per_node = options.worker.concurrency + options.worker.buffer
         self._calls: deque[_Call] = deque()
         self._wakeup = threading.Condition()
@@ -69,6 +79,10 @@ class Pool:
         threading.Thread(target=self._dispatch, name=f"{stack_name}-dispatch", daemon=True).start()
 
     # ---- placement -----------------------------------------------------------------------
+
+    def on(self, event_type: type[Event], callback: Callable[[Any], Any]) -> Subscription:
+        """Call ``callback(event)`` for every event of ``event_type`` (and its subclasses)."""
+        return self.events.subscribe(callback, event_type)
 
     def current_nodes(self) -> int:
         """How many nodes are ready right now."""
@@ -86,7 +100,7 @@ class Pool:
         )
 
     def _has_room(self, index: int) -> bool:
-        return self.nodes[index].agent.in_flight < self.slots_per_node
+        return index not in self.lost and self.nodes[index].agent.in_flight < self.slots_per_node
 
     def _next_call(self) -> tuple[int, _Call] | None:
         """The first queued call that a node with a free slot can take, and that node."""
@@ -126,18 +140,51 @@ class Pool:
         try:
             remote = node.agent.submit(call.pending.name, call.payload, timeout)
         except NodeConnectionError as exc:
-            call.future.set_exception(exc)
+            if not self._retry(call):
+                call.future.set_exception(exc)
             return
-        remote.add_done_callback(lambda done: self._finished(done, call.future))
+        remote.add_done_callback(lambda done: self._finished(done, call))
 
-    def _finished(self, remote: Future[Any], future: Future[Any]) -> None:
-        if not future.cancelled():
-            if remote.exception() is not None:
-                future.set_exception(remote.exception())
+    def _finished(self, remote: Future[Any], call: _Call) -> None:
+        error = remote.exception()
+        if isinstance(error, NodeConnectionError) and self._retry(call):
+            return
+        if not call.future.cancelled():
+            if error is not None:
+                call.future.set_exception(error)
             else:
-                future.set_result(remote.result())
+                call.future.set_result(remote.result())
         with self._wakeup:
             self._wakeup.notify()
+
+    def _retry(self, call: _Call) -> bool:
+        """Queue a call again after its node was lost, if it has retries left. A call pinned
+        to a node (a broadcast) waits for that node's replacement."""
+        if self._closed or call.attempts >= self.options.retry_on_interruption:
+            return False
+        call.attempts += 1
+        with self._wakeup:
+            self._calls.appendleft(call)
+            self._wakeup.notify()
+        return True
+
+    def node_lost(self, index: int) -> None:
+        """A node's connection broke: send it nothing more until it is replaced."""
+        with self._wakeup:
+            if self._closed or index in self.lost:
+                return
+            self.lost.add(index)
+        if self.on_node_lost is not None:
+            self.on_node_lost(index)
+
+    def replace(self, index: int, node: Node) -> None:
+        """Put a replacement node in service at ``index``."""
+        old = self.nodes[index]
+        with self._wakeup:
+            self.nodes[index] = node
+            self.lost.discard(index)
+            self._wakeup.notify_all()
+        old.close()
 
     def _enqueue(self, pending: PendingFunction[T], payload: bytes, node: int | None) -> Future[T]:
         if self._closed:

@@ -34,9 +34,11 @@ class AgentClient:
     """A multiplexed task connection to one node's agent."""
 
     def __init__(self, stream: ByteStream, token: str, node: int,
-                 on_output: Callable[[int, str, str], Any] | None = None) -> None:
+                 on_output: Callable[[int, str, str], Any] | None = None,
+                 on_lost: Callable[[int], Any] | None = None) -> None:
         self.node = node
         self._on_output = on_output
+        self._on_lost = on_lost
         self._stream = stream
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -105,7 +107,10 @@ class AgentClient:
                     self._on_output(self.node, message.stream, message.text)
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
             if not self._closed:
+                self._closed = True
                 self._fail_all(NodeConnectionError(f"node {self.node}: agent connection lost: {exc}"))
+                if self._on_lost is not None:
+                    self._on_lost(self.node)
 
     def _resolve(self, result: Result) -> None:
         entry = self._pending.pop(result.task_id, None)

@@ -155,3 +155,36 @@ def test_history_lists_destroyed_runs_with_how_they_ended() -> None:
     assert "skyward: interrupted (Ctrl+C)" in endings
     assert any(e.startswith("skyward gc:") for e in endings)
     assert all(run["live_resources"] == 0 for run in runs if run["ended"].startswith("skyward"))
+
+
+def test_a_node_killed_during_a_map_is_replaced_and_every_result_is_right() -> None:
+    import skyward_iac as sky
+    from skyward_iac.infra.home import local_nodes_dir
+    from skyward_iac.processes import stop_sandbox
+
+    def slow_square(x: int) -> int:
+        import time
+
+        time.sleep(0.15)
+        return x * x
+
+    seen: list[object] = []
+    with sky.Compute(provider=sky.Local(), nodes=2, on_event=seen.append,
+                     options=sky.Options(worker=sky.Worker(concurrency=2))) as pool:
+        replaced = threading.Event()
+        pool.on(sky.InstanceReplaced, lambda event: replaced.set())
+        victim = local_nodes_dir() / pool.stack_name / "node-1"
+        old_address = pool.nodes[1].address.private_address
+        # Reclaim node 1 from outside (as a spot interruption would) while the map runs.
+        killer = threading.Timer(1.0, stop_sandbox, args=(victim,))
+        killer.start()
+        results = pool.map(slow_square, range(50))
+        killer.join()
+        assert results == [x * x for x in range(50)]
+        assert replaced.wait(120), "node 1 was never replaced"
+        assert pool.nodes[1].address.private_address != old_address
+        assert pool.run(sky.function(slow_square)(7), target=1) == 49  # the new node serves
+        kinds = [type(e).__name__ for e in seen]
+        assert "InstancePreempted" in kinds and "InstanceReplaced" in kinds
+        info = pool.run(sky.function(lambda: sky.instance_info().peers)(), target=0)
+        assert info[1].private_ip == pool.nodes[1].address.private_address  # peers were updated
