@@ -1,0 +1,162 @@
+"""The ``"rich"`` console: a live view of each pool, redrawn in place on a terminal.
+
+One panel per pool: the Pulumi operation's resource bar, a bar per node (launch -> provision
+-> bootstrap phases -> ready) with its current phase, last bootstrap line or metrics, the task
+counts, and in the subtitle nodes ready, USD/hour, cost so far and elapsed time. Milestones
+and failures are also printed above the view as permanent lines, so they stay in the
+scrollback after it is gone. Imported only when that console is chosen.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Console as Terminal
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from skyward_iac.observability.console import (
+    Console,
+    LogConsole,
+    changes,
+    is_terminal,
+    metrics_summary,
+    seconds,
+    usd,
+)
+from skyward_iac.observability.events import (
+    BootstrapPhase,
+    ClusterDestroyed,
+    ClusterReady,
+    ClusterRequested,
+    Error,
+    Event,
+    InstancePreempted,
+    InstanceReplaced,
+    Log,
+    StackDestroyed,
+    StackUpdated,
+    TaskCompleted,
+)
+from skyward_iac.observability.logging import redact
+from skyward_iac.observability.view import NodeView, StackView
+
+BAR_WIDTH = 28
+_STATUS_STYLE = {"ready": "green", "failed": "red", "gone": "dim", "bootstrapping": "yellow",
+                 "launching": "cyan", "provisioned": "cyan", "waiting": "dim"}
+
+
+class RichConsole(Console):
+    """A live, redrawn view on a terminal, plus permanent lines for milestones and failures."""
+
+    _PRINTED = (ClusterRequested, ClusterReady, ClusterDestroyed, StackUpdated, StackDestroyed,
+                Error, InstancePreempted, InstanceReplaced, Log)
+
+    def __init__(self, stream: TextIO, *, show_logs: bool = False,
+                 refresh_per_second: float = 4) -> None:
+        super().__init__()
+        self.stream = stream
+        self.terminal = Terminal(file=stream, highlight=False)
+        # The log console's wording, reused for the permanent lines.
+        self._lines = LogConsole(stream, show_logs=show_logs)
+        # Output written while the view is up must be printed above it, or it tears the view;
+        # but stdout redirected to a file (`python run.py > out`) has to stay in that file.
+        self._live = Live(get_renderable=self._renderable, console=self.terminal,
+                          refresh_per_second=refresh_per_second, transient=False,
+                          redirect_stdout=is_terminal(sys.stdout),
+                          redirect_stderr=stream is sys.stderr)
+
+    def _begin(self) -> None:
+        self._live.start()
+
+    def _end(self) -> None:
+        """Draw the final state and leave it on screen."""
+        self._live.stop()
+
+    def handle(self, event: Event) -> None:
+        # The line is printed outside our lock: printing takes the Live's lock, and the Live's
+        # refresh thread holds that one while it asks for our renderable (which takes ours).
+        with self._lock:
+            view = self.view.apply(event)
+            line = self._line(event, view)
+        if line is not None:
+            clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
+            for part in redact(line).splitlines():
+                self.terminal.print(Text(f"{clock} {part}"), soft_wrap=True)
+
+    def _line(self, event: Event, view: StackView | None) -> str | None:
+        failed = (isinstance(event, BootstrapPhase) and event.status == "failed") or (
+            isinstance(event, TaskCompleted) and not event.success)
+        if isinstance(event, self._PRINTED) or failed:
+            return self._lines.describe(event, view)
+        return None
+
+    # ---- drawing ------------------------------------------------------------------------
+
+    def _renderable(self) -> RenderableType:
+        with self._lock:
+            now = time.time()
+            return Group(*(self._panel(stack, now) for stack in self.view.active()))
+
+    def _panel(self, stack: StackView, now: float) -> Panel:
+        grid = Table.grid(padding=(0, 1), expand=True)
+        grid.add_column(width=14, no_wrap=True)
+        grid.add_column(width=BAR_WIDTH, no_wrap=True)
+        grid.add_column(width=26, no_wrap=True)
+        grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        if stack.operation:
+            total = stack.steps_total or max(stack.steps_started, 1)
+            finished = stack.resources is not None and stack.steps_done >= stack.steps_started
+            grid.add_row(
+                Text(f"pulumi {stack.operation}", style="bold"),
+                ProgressBar(total=total, completed=total if finished else stack.steps_done,
+                            width=BAR_WIDTH),
+                Text(f"done: {changes(stack.changes)}" if finished
+                     else f"{stack.steps_done}/{total} resources"),
+                Text(stack.last_resource, style="dim"),
+            )
+        for index in sorted(stack.nodes):
+            grid.add_row(*self._node_row(stack.nodes[index]))
+        rows: list[RenderableType] = [grid]
+        if stack.state in ("ready", "destroying") or stack.queued or stack.running:
+            rows.append(Text.assemble(
+                ("tasks          ", "bold"), f"{stack.queued} queued · {stack.running} running · "
+                f"{stack.succeeded} done · ", (f"{stack.failed} failed",
+                                               "red" if stack.failed else "")))
+        if stack.errors:
+            rows.append(Text.assemble(("error          ", "bold red"),
+                                      (redact(stack.errors[-1]), "red"), overflow="ellipsis",
+                                      no_wrap=True))
+        return Panel(Group(*rows), title=Text(stack.stack, style="bold"), title_align="left",
+                     subtitle=Text(self._subtitle(stack, now)), subtitle_align="right")
+
+    @staticmethod
+    def _node_row(node: NodeView) -> tuple[RenderableType, ...]:
+        status = node.status
+        if status == "bootstrapping" and node.phase:
+            total = f"/{node.phases_total}" if node.phases_total else ""
+            status = f"bootstrap {node.phase} ({node.phases_done + 1}{total})"
+        elif status == "failed" and node.phase:
+            status = f"failed: {node.phase}"
+        detail = metrics_summary(node.metrics) if node.status == "ready" else node.last_line
+        return (
+            Text(f"node {node.index}"),
+            ProgressBar(total=100, completed=node.progress * 100, width=BAR_WIDTH,
+                        complete_style=_STATUS_STYLE.get(node.status, "")),
+            Text(status, style=_STATUS_STYLE.get(node.status, "")),
+            Text(redact(detail), style="dim"),
+        )
+
+    @staticmethod
+    def _subtitle(stack: StackView, now: float) -> str:
+        kind = stack.instance_type if stack.instance_type != stack.provider else None
+        what = " ".join(x for x in (stack.provider, stack.accelerator, kind, stack.market) if x)
+        wanted = stack.wanted or len(stack.nodes)
+        return (f"{what} · {stack.ready_nodes}/{wanted} ready · {usd(stack.hourly_usd)}/h · "
+                f"{usd(stack.cost(now))} so far · {seconds(stack.elapsed(now))}")

@@ -1,0 +1,237 @@
+"""``sky.LogConfig`` and the rotating file log of the ``skyward`` loggers.
+
+``Options(logging=True)`` (the default) writes INFO and above to ``~/.skyward/logs/skyward.log``
+(under ``$SKYWARD_HOME`` when set), rotated at 50 MB, 10 files kept; warnings and errors are
+also echoed to stderr. Progress is the console's job (``Options.console``), so INFO records are
+not echoed: they would print everything twice.
+
+Nothing secret should reach a log call in the first place; as a safety net every record our
+handlers write passes ``redact``, which blanks PEM blocks, tokens, passwords and keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from skyward_iac.api.errors import ConfigError
+
+TRACE = 5
+logging.addLevelName(TRACE, "TRACE")
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR")
+#: Loggers configured: ``skyward`` (and ``skyward.*``) plus modules named by ``__name__``.
+LOGGERS = ("skyward", "skyward_iac")
+FORMAT = "%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s"
+CONSOLE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KIB|MIB|GIB)\s*$", re.IGNORECASE)
+_TIME = re.compile(r"^\s*(\d+)\s*(minute|hour|day|week)s?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1024, "kib": 1024, "mb": 1024**2, "mib": 1024**2,
+               "gb": 1024**3, "gib": 1024**3}
+_TIME_UNITS = {"minute": "M", "hour": "H", "day": "D", "week": "W0"}
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """A parsed ``rotation``: by size (``max_bytes``) or by time (``when`` x ``interval``)."""
+
+    max_bytes: int = 0
+    when: str = ""
+    interval: int = 1
+
+
+def parse_rotation(text: str) -> Rotation:
+    """``"50 MB"`` -> rotate at 50 MiB; ``"1 day"``/``"6 hours"``/``"1 week"`` -> by time."""
+    if match := _SIZE.match(text):
+        size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+        if size > 0:
+            return Rotation(max_bytes=size)
+    elif (match := _TIME.match(text)) and int(match.group(1)) > 0:
+        return Rotation(when=_TIME_UNITS[match.group(2).lower()], interval=int(match.group(1)))
+    raise ConfigError(
+        f"LogConfig.rotation must be a size such as '50 MB' (units B, KB, MB, GB) or a time "
+        f"such as '1 day' (minutes, hours, days, weeks), got {text!r}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Where and how much skyward logs: ``sky.LogConfig(level="DEBUG", console=False)``.
+
+    ``file`` None disables the file; ``console`` echoes warnings and errors to stderr;
+    ``rotation`` is a size (``"50 MB"``) or a period (``"1 day"``); ``retention`` how many
+    rotated files are kept.
+    """
+
+    level: str = "INFO"
+    file: str | None = "~/.skyward/logs/skyward.log"
+    console: bool = True
+    rotation: str = "50 MB"
+    retention: int = 10
+    _rotation: Rotation = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.level, str) or self.level.upper() not in LEVELS:
+            raise ConfigError(f"LogConfig.level must be one of {', '.join(LEVELS)}, "
+                              f"got {self.level!r}")
+        if isinstance(self.retention, bool) or not isinstance(self.retention, int) \
+                or self.retention < 0:
+            raise ConfigError(f"LogConfig.retention must be a whole number of rotated files "
+                              f">= 0, got {self.retention!r}")
+        object.__setattr__(self, "level", self.level.upper())
+        object.__setattr__(self, "_rotation", parse_rotation(self.rotation))
+
+    @property
+    def levelno(self) -> int:
+        """The numeric level (``TRACE`` is 5)."""
+        return TRACE if self.level == "TRACE" else int(logging.getLevelName(self.level))
+
+    def path(self) -> Path | None:
+        """The log file, ``~/.skyward`` read as ``$SKYWARD_HOME`` when that is set."""
+        if self.file is None:
+            return None
+        text = self.file
+        if (home := os.environ.get("SKYWARD_HOME")) and text.startswith("~/.skyward/"):
+            text = str(Path(home) / text.removeprefix("~/.skyward/"))
+        return Path(text).expanduser()
+
+
+# ---- redaction --------------------------------------------------------------------------
+
+_SECRET_NAME = r"[\w.-]*(?:token|secret|passw(?:or)?d|passphrase|api[_-]?key|access[_-]?key|" \
+               r"private[_-]?key|credential|authori[sz]ation)[\w.-]*"
+_REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # A whole PEM block, or a truncated one running to the end of the text.
+    (re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?(?:-----END \1-----|\Z)", re.DOTALL),
+     r"-----BEGIN \1----- [redacted] -----END \1-----"),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 [redacted]"),
+    (re.compile(rf"(?i)\b({_SECRET_NAME})(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;}}]+)"),
+     r"\1\2[redacted]"),
+    (re.compile(r"://([^/\s:@]+):([^/\s@]+)@"), r"://\1:[redacted]@"),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "[redacted-aws-key-id]"),
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}|"
+                r"AIza[0-9A-Za-z_-]{35}|ya29\.[0-9A-Za-z_-]{20,}|pul-[0-9a-f]{40})\b"),
+     "[redacted-token]"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"),
+     "[redacted-jwt]"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with PEM blocks, tokens, passwords and cloud keys replaced by ``[redacted]``."""
+    for pattern, replacement in _REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class RedactingFormatter(logging.Formatter):
+    """A formatter whose whole output (message, traceback, stack) passes ``redact``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class _TimeOfDayFormatter(RedactingFormatter):
+    def __init__(self, fmt: str) -> None:
+        super().__init__(fmt, datefmt="%H:%M:%S")
+
+
+# ---- configure --------------------------------------------------------------------------
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes: the rich console redirects
+    it while its live view is up, and a handler holding the original would tear the view."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+@dataclass
+class ConfiguredLogging:
+    """What ``configure_logging`` installed; ``close()`` removes it again."""
+
+    handlers: list[logging.Handler]
+    file: Path | None
+
+    def close(self) -> None:
+        """Detach and close the handlers (the file stays)."""
+        for name in LOGGERS:
+            for handler in self.handlers:
+                logging.getLogger(name).removeHandler(handler)
+        for handler in self.handlers:
+            handler.close()
+        self.handlers = []
+
+
+_installed: ConfiguredLogging | None = None
+
+
+def configure_logging(config: LogConfig | bool,
+                      stream: TextIO | None = None) -> ConfiguredLogging:
+    """Install skyward's log handlers per ``config`` (``True``: defaults, ``False``: none).
+
+    Idempotent: the handlers of a previous call are replaced, so several pools in one process
+    do not write every line several times. ``stream`` is where the console echo goes
+    (stderr by default).
+    """
+    global _installed
+    if config is True:
+        config = LogConfig()
+    if _installed is not None:
+        _installed.close()
+    if config is False:
+        _installed = ConfiguredLogging([], None)
+        return _installed
+    if not isinstance(config, LogConfig):
+        raise ConfigError(f"logging must be True, False or sky.LogConfig(...), got {config!r}")
+    handlers: list[logging.Handler] = []
+    path = config.path()
+    if path is not None:
+        handlers.append(_file_handler(config, path))
+    if config.console:
+        echo = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+        echo.setLevel(max(config.levelno, logging.WARNING))
+        echo.setFormatter(_TimeOfDayFormatter(CONSOLE_FORMAT))
+        handlers.append(echo)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(config.levelno)
+        for handler in handlers:
+            logger.addHandler(handler)
+    _installed = ConfiguredLogging(handlers, path)
+    return _installed
+
+
+def _file_handler(config: LogConfig, path: Path) -> logging.Handler:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        rotation = config._rotation
+        handler: logging.Handler
+        if rotation.max_bytes:
+            handler = logging.handlers.RotatingFileHandler(
+                path, maxBytes=rotation.max_bytes, backupCount=config.retention,
+                encoding="utf-8")
+        else:
+            handler = logging.handlers.TimedRotatingFileHandler(
+                path, when=rotation.when, interval=rotation.interval,
+                backupCount=config.retention, encoding="utf-8")
+        os.chmod(path, 0o600)  # logs may name hosts and stacks: keep them to their owner
+    except OSError as exc:
+        raise ConfigError(f"cannot write the log file {path}: {exc.strerror}; set "
+                          "sky.LogConfig(file=...) to a writable path or file=None") from None
+    handler.setLevel(config.levelno)
+    handler.setFormatter(RedactingFormatter(FORMAT))
+    return handler
