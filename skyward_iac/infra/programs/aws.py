@@ -9,7 +9,8 @@ same outputs and is replaced the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from skyward_iac.api.accelerators import vendor_of
+from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.programs.exports import cluster_exports
 from skyward_iac.infra.offers import Offer
@@ -81,7 +83,8 @@ def aws_program(request: ClusterRequest,
         ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
                                            ssh_cidr_lookup)
         use_default_vpc = bool(getattr(provider_config, "use_default_vpc", True))
-        common.export_cluster(declare_cluster(plan, ami, ssh_cidr, use_default_vpc))
+        exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc)
+        common.export_cluster({**exports, **common.volume_exports(request)})
 
     return program
 
@@ -112,6 +115,7 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
                  {"name": "virtualization-type", "values": ["hvm"]}],
         opts=invoke,
     )
+    profile = volume_instance_profile(plan, opts)
     nodes = []
     for index in range(plan.node_count):
         host_key, user_data = node_boot(plan, credentials, index)
@@ -135,8 +139,8 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
             metadata_options={"http_endpoint": "enabled", "http_tokens": "required",
                               "http_put_response_hop_limit": 1},
             user_data=user_data,
-            # Volumes (a later issue): bucket mounts attach an instance profile here.
-            iam_instance_profile=None,
+            # Only with bucket volumes: otherwise the node holds no AWS credentials at all.
+            iam_instance_profile=profile.name if profile else None,
             tags={**tags, "Name": f"{plan.stack_name}-node-{index}", "skyward-node": str(index)},
             # A newer AMI published later must not replace running nodes on the next `up`.
             opts=pulumi.ResourceOptions(provider=provider, ignore_changes=["ami"]),
@@ -177,3 +181,59 @@ def _rule_args(rule: IngressRule, group_id: pulumi.Output[str]) -> Mapping[str, 
     else:
         args["cidr_ipv4"] = rule.source
     return args
+
+
+# -- volumes -----------------------------------------------------------------------------------
+
+EC2_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                   "Action": "sts:AssumeRole"}],
+}
+#: What s3fs needs to change objects of a read-write volume (multipart uploads included).
+S3_WRITE_ACTIONS = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                    "s3:ListMultipartUploadParts"]
+
+
+def _objects_arn(volume: Volume) -> str:
+    return f"arn:aws:s3:::{volume.bucket}/{volume.prefix + '/' if volume.prefix else ''}*"
+
+
+def s3_volume_policy(volumes: Sequence[Volume]) -> dict[str, Any]:
+    """The nodes' IAM policy for their bucket volumes: list each bucket, read each volume's
+    objects, and write only those of read-write volumes (only under the volume's prefix)."""
+    buckets = sorted({v.bucket for v in volumes})
+    statements: list[dict[str, Any]] = [
+        # Listing is granted bucket-wide: s3fs lists parent "directories" of the prefix too.
+        {"Sid": "ListVolumeBuckets", "Effect": "Allow",
+         "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+         "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
+        # The prefix's own key too: s3fs looks up the mount root as an object before listing.
+        {"Sid": "ReadVolumeObjects", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": sorted({_objects_arn(v) for v in volumes}
+                            | {f"arn:aws:s3:::{v.bucket}/{v.prefix}" for v in volumes if v.prefix})},
+    ]
+    writable = sorted({_objects_arn(v) for v in volumes if not v.read_only})
+    if writable:
+        statements.append({"Sid": "WriteVolumeObjects", "Effect": "Allow",
+                           "Action": S3_WRITE_ACTIONS, "Resource": writable})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def volume_instance_profile(plan: ClusterPlan,
+                            opts: pulumi.ResourceOptions) -> aws.iam.InstanceProfile | None:
+    """A role nodes assume for their bucket volumes (s3fs ``iam_role=auto``), its policy and
+    the instance profile that carries it; None when no volume uses the node's identity."""
+    if not plan.identity_volumes:
+        return None
+    tags = dict(plan.tags)
+    prefix = f"{plan.stack_name[:37]}-"  # IAM allows name prefixes of at most 38 characters
+    role = aws.iam.Role(
+        "volumes-role", name_prefix=prefix, assume_role_policy=json.dumps(EC2_TRUST),
+        description=f"skyward_iac {plan.stack_name}: nodes mount their bucket volumes",
+        tags=tags, opts=opts,
+    )
+    aws.iam.RolePolicy("volumes-policy", role=role.id,
+                       policy=json.dumps(s3_volume_policy(plan.identity_volumes)), opts=opts)
+    return aws.iam.InstanceProfile("volumes-profile", name_prefix=prefix, role=role.name,
+                                   tags=tags, opts=opts)

@@ -18,6 +18,14 @@ from typing import Any, Literal
 import pulumi
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.volumes import (
+    MountKind,
+    Volume,
+    VolumeKeys,
+    check_volumes,
+    keys_for_outputs,
+    mount_kind,
+)
 from skyward_iac.infra.offers import Market, Offer, market_for, select
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.cloud_init import SSH_USER, WORKDIR
@@ -46,6 +54,9 @@ class ClusterPlan:
     placement: bool
     tags: Mapping[str, str]
     collections: bool = True
+    #: Volumes the nodes reach with their own cloud identity (AWS instance profile, GCP
+    #: service account); the program grants that identity access to exactly these buckets.
+    identity_volumes: tuple[Volume, ...] = ()
 
 
 def plan_cluster(request: ClusterRequest) -> ClusterPlan:
@@ -81,7 +92,36 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
         # Collective GPU traffic wants nodes close together; a single node has no neighbours.
         placement=accelerated and request.node_count > 1,
         tags=resource_tags(request),
+        identity_volumes=identity_volumes(request),
     )
+
+
+def request_volumes(request: ClusterRequest) -> tuple[Volume, ...]:
+    """The request's volumes (``Spec.volumes``; none on a Spec that predates the field)."""
+    return tuple(getattr(request.spec, "volumes", ()))
+
+
+def identity_volumes(request: ClusterRequest) -> tuple[Volume, ...]:
+    """The volumes nodes mount as themselves: every one whose ``mount_kind`` is the provider's
+    identity. Raises ``ConfigError`` for volumes nodes could not mount at all."""
+    provider = request.spec.provider.kind
+    volumes = request_volumes(request)
+    check_volumes(volumes, provider)
+    identity: dict[str, MountKind] = {"aws": "aws-role", "gcp": "gcp-service-account"}
+    return tuple(v for v in volumes if identity.get(provider) == mount_kind(v, provider))
+
+
+def volume_exports(request: ClusterRequest) -> dict[str, Any]:
+    """``volume_keys``: the resolved keys of keyed volumes, as a Pulumi secret output.
+
+    The keys come from ``request.volume_keys`` (resolved on the client before ``up``); as a
+    secret they are stored encrypted in the stack's state and read back by the bootstrap,
+    which writes them to 0600 files on the nodes. Nothing is exported without keyed volumes.
+    """
+    keys: Mapping[int, VolumeKeys] = getattr(request, "volume_keys", None) or {}
+    if not keys:
+        return {}
+    return {"volume_keys": pulumi.Output.secret(keys_for_outputs(keys))}
 
 
 def check_disk(plan: ClusterPlan, image_min_gb: int, image: str) -> None:

@@ -8,7 +8,7 @@ that age even if its watchdog never ran, which the in-node dead-man switch canno
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import pulumi_gcp as gcp
 
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.programs.exports import cluster_exports
 from skyward_iac.infra.offers import Offer
@@ -106,7 +107,8 @@ def gcp_program(request: ClusterRequest,
     def program() -> None:
         ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
                                            ssh_cidr_lookup)
-        common.export_cluster(declare_cluster(plan, image, zone, project, ssh_cidr))
+        exports = declare_cluster(plan, image, zone, project, ssh_cidr)
+        common.export_cluster({**exports, **common.volume_exports(request)})
 
     return program
 
@@ -140,6 +142,7 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
     ) if compact_placement(plan) else None
 
     guest = plan.offer.guest_accelerator
+    account = volume_service_account(plan, opts)
     nodes = []
     for index in range(plan.node_count):
         host_key, user_data = node_boot(plan, credentials, index)
@@ -167,9 +170,8 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             },
             tags=[tag],
             labels={**labels, "skyward-node": str(index)},
-            # Volumes (a later issue): bucket mounts attach a service account here; none now,
-            # so the node holds no cloud credentials at all.
-            service_account=None,
+            # Only with bucket volumes: otherwise the node holds no cloud credentials at all.
+            service_account=account,
             opts=opts,
         )
         interface = instance.network_interfaces[0]
@@ -177,3 +179,53 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             index, interface.network_ip, interface.access_configs[0].nat_ip, host_key.public_key,
         ))
     return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)
+
+
+# -- volumes -----------------------------------------------------------------------------------
+
+STORAGE_READ_ONLY = "https://www.googleapis.com/auth/devstorage.read_only"
+STORAGE_READ_WRITE = "https://www.googleapis.com/auth/devstorage.read_write"
+#: The roles gcsfuse needs, as Google documents them: viewer to read, user to also write.
+OBJECT_VIEWER, OBJECT_USER = "roles/storage.objectViewer", "roles/storage.objectUser"
+
+
+def storage_scopes(volumes: Sequence[Volume]) -> list[str]:
+    """The node's OAuth scopes: Cloud Storage read-write when a volume writes, else read-only."""
+    return [STORAGE_READ_ONLY if all(v.read_only for v in volumes) else STORAGE_READ_WRITE]
+
+
+def bucket_roles(volumes: Sequence[Volume]) -> dict[str, str]:
+    """The role the nodes' service account gets on each bucket (read-write wins per bucket)."""
+    roles: dict[str, str] = {}
+    for volume in volumes:
+        if not volume.read_only or volume.bucket not in roles:
+            roles[volume.bucket] = OBJECT_VIEWER if volume.read_only else OBJECT_USER
+    return dict(sorted(roles.items()))
+
+
+def service_account_id(stack_name: str) -> str:
+    """A service-account id for the stack (6-30 chars: lowercase, digits, '-')."""
+    account = common.gcp_name(stack_name, "vol", limit=30)
+    return account if len(account) >= 6 else f"skyward-{account}"[:30]
+
+
+def volume_service_account(plan: ClusterPlan,
+                           opts: pulumi.ResourceOptions) -> dict[str, Any] | None:
+    """A service account of the stack's own, granted access to exactly the volumes' buckets,
+    as the instances' ``service_account`` block; None when no volume uses the node's identity.
+
+    A dedicated account (not the project's default one, which usually holds Editor) keeps the
+    nodes to these buckets; the bucket grants are removed with the stack.
+    """
+    if not plan.identity_volumes:
+        return None
+    account = gcp.serviceaccount.Account(
+        "volumes-sa", account_id=service_account_id(plan.stack_name),
+        display_name=f"skyward_iac {plan.stack_name} volumes",
+        description="nodes of this stack mount their bucket volumes as this account", opts=opts,
+    )
+    member = account.email.apply(lambda email: f"serviceAccount:{email}")
+    for bucket, role in bucket_roles(plan.identity_volumes).items():
+        gcp.storage.BucketIAMMember(f"volumes-{bucket}", bucket=bucket, role=role, member=member,
+                                    opts=opts)
+    return {"email": account.email, "scopes": storage_scopes(plan.identity_volumes)}

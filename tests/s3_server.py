@@ -1,0 +1,80 @@
+"""A real S3-compatible server for tests: moto's server mode in its own process on loopback.
+
+moto answers the S3 REST API over HTTP like any S3-compatible store (path-style addressing, any
+keys accepted), so the Storage client and the FUSE mounters talk to it exactly as to a cloud.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+ACCESS_KEY = "skyward-test-access"
+SECRET_KEY = "skyward-test-secret-0123456789"
+
+
+@dataclass(frozen=True, slots=True)
+class S3Server:
+    """A running server: its endpoint URL and the keys clients should use."""
+
+    endpoint: str
+    pid: int
+    access_key: str = ACCESS_KEY
+    secret_key: str = SECRET_KEY
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def s3_server(host: str = "127.0.0.1", timeout: float = 30.0,
+              env: dict[str, str] | None = None) -> Iterator[S3Server]:
+    """Start ``python -m moto.server`` on a free loopback port; stop it (and its children).
+
+    ``env`` adds environment variables, e.g. ``INITIAL_NO_AUTH_ACTION_COUNT=0`` makes moto
+    check keys like a real store (then unknown keys are refused).
+    """
+    port = free_port(host)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own group: the stop below reaches any reloader child
+    )
+    endpoint = f"http://{host}:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None:
+                    output = process.stderr.read().decode() if process.stderr else ""
+                    raise RuntimeError(f"moto server exited: {output}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"moto not ready on {endpoint} in {timeout}s") from None
+                time.sleep(0.1)
+        yield S3Server(endpoint, process.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
