@@ -4,10 +4,7 @@ Provisions one Pulumi stack (two nodes, each a real sshd on its own loopback add
 functions on the nodes over SSH, prints the results, and destroys the stack on exit.
 """
 
-import logging
-
 import skyward_iac as sky
-
 
 @sky.function
 def hello(x: int) -> str:
@@ -16,15 +13,11 @@ def hello(x: int) -> str:
 
     return f"{socket.gethostname()} (pid {os.getpid()}) got {x}"
 
-
 @sky.function
 def square(x: int) -> int:
     return x * x
 
-
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("paramiko").setLevel(logging.WARNING)
     with sky.Compute(provider=sky.Local(), nodes=2) as pool:
         print(hello(21) >> pool)
         print(hello(22) >> pool)

@@ -12,19 +12,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from skyward_iac.api import accelerators, time
+from skyward_iac.api import storage_presets as storage
 from skyward_iac.api.errors import (
     BootstrapError,
+    BucketNotFoundError,
     CollectionError,
     CollectionsDisabledError,
     ConfigError,
     EngineNotFoundError,
     HostKeyMismatchError,
-    NodeConnectionError,
     NoActivePoolError,
+    NodeConnectionError,
+    ObjectNotFoundError,
     ProvisionError,
     RemoteError,
     SkywardError,
     StackNotFoundError,
+    StorageAccessDeniedError,
+    StorageError,
     WorkerCrashedError,
 )
 from skyward_iac.api.function import (
@@ -50,6 +55,10 @@ from skyward_iac.api.runtime import (
     stdout,
 )
 from skyward_iac.api.spec import Image, Nodes, Options, Spec, Worker
+from skyward_iac.api.storage import Storage
+from skyward_iac.api.volumes import Volume
+from skyward_iac.observability import metrics
+from skyward_iac.observability.logging import LogConfig
 
 if TYPE_CHECKING:
     from skyward_iac.collections.context import barrier, counter, dict, lock, queue, set
@@ -68,7 +77,8 @@ _LAZY = {
         "Event", "ClusterRequested", "ClusterProvisioned", "ClusterReady", "ClusterDestroyed",
         "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
         "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole",
-        "TaskStarted", "TaskCompleted", "Metric", "Log", "Error", "StackProgress",
+        "TaskQueued", "TaskStarted", "TaskCompleted", "Metric", "Log", "Error", "StackProgress",
+        "StackPreviewed", "StackUpdated", "StackDestroyed",
     )},
     # The collections load the etcd client (gRPC) only when first used.
     **{name: "skyward_iac.collections.context"
@@ -93,5 +103,11 @@ __all__ = [
     "WorkerCrashedError", "__version__", "accelerators", "function", "gather", "instance_info",
     "is_head", "pool", "redirect_output", "shard", "silent", "stderr", "stdout", "time",
     "dict", "set", "counter", "queue", "barrier", "lock", "CollectionError",
-    "CollectionsDisabledError",
+    "CollectionsDisabledError", "Storage", "Volume", "storage", "StorageError",
+    "BucketNotFoundError", "ObjectNotFoundError", "StorageAccessDeniedError", "metrics",
+    "LogConfig", "Event", "ClusterRequested", "ClusterProvisioned", "ClusterReady",
+    "ClusterDestroyed", "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped",
+    "InstancePreempted", "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase",
+    "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "Metric", "Log", "Error",
+    "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
 ]

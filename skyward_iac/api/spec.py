@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.providers import AWS, GCP, Local
+from skyward_iac.api.volumes import Volume, check_volumes
+from skyward_iac.observability.logging import LogConfig
 
 AllocationStrategy = Literal["spot-if-available", "spot", "on-demand", "cheapest"]
 Architecture = Literal["x86_64", "arm64"]
@@ -88,8 +90,15 @@ class Options(_Frozen):
     #: Which of several Specs ``sky.Compute(spec_a, spec_b)`` provisions: the ``"cheapest"``
     #: offer across all of them, or the ``"first"`` spec that has any offer.
     selection: SelectionStrategy = "cheapest"
+    autoscale_cooldown: float = Field(default=30.0, ge=0)
+    autoscale_idle_timeout: float = Field(default=60.0, ge=0)
+    reconcile_tick_interval: float = Field(default=15.0, gt=0)
     retry_on_interruption: int = Field(
         default=3, ge=0, description="retries of a task whose node was lost (preempted, killed)")
+    console: bool | Literal["rich", "log", "minimal", "silent"] = Field(
+        default=True, description="True: a live view on a terminal, plain log lines otherwise")
+    logging: LogConfig | bool = Field(
+        default=True, description="True: INFO to ~/.skyward/logs/skyward.log (rotated)")
     gc_on_start: bool = Field(
         default=True, description="first destroy this machine's stacks whose owner is gone")
     cluster: bool | None = Field(
@@ -116,6 +125,7 @@ class Spec(_Frozen):
     region: str | None = None
     max_hourly_cost: float | None = Field(default=None, gt=0)
     ttl: int = Field(default=600, ge=0, description="seconds a node outlives a silent client")
+    volumes: tuple[Volume, ...] = ()
 
     @field_validator("provider", mode="before")
     @classmethod
@@ -151,6 +161,11 @@ class Spec(_Frozen):
                 raise ValueError(f"nodes as a tuple must be (low, high) ints, got {value!r}")
             return Nodes(desired=value[0], max=value[1])
         return value
+
+    @model_validator(mode="after")
+    def _volumes_mountable(self) -> Spec:
+        check_volumes(self.volumes, self.provider.kind)
+        return self
 
     @field_validator("ttl", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ the certificates of ``skyward_iac.collections.pki``.
 
 from __future__ import annotations
 
+from skyward_iac.api.errors import CollectionError, CollectionsDisabledError
 from skyward_iac.collections._barrier import Barrier
 from skyward_iac.collections._counter import Counter
 from skyward_iac.collections._dict import Dict
@@ -27,7 +28,6 @@ from skyward_iac.collections.context import (
     set_process_default,
     unbind,
 )
-from skyward_iac.api.errors import CollectionError, CollectionsDisabledError
 from skyward_iac.collections.store import Consistency
 
 __all__ = [

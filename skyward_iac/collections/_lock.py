@@ -10,8 +10,8 @@ import time
 import uuid
 from types import TracebackType
 
-from skyward_iac.collections.base import Collection, async_twin
 from skyward_iac.api.errors import CollectionError
+from skyward_iac.collections.base import Collection, async_twin
 from skyward_iac.collections.session import LeaseSession
 from skyward_iac.collections.store import Store
 

@@ -15,6 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from skyward_iac.api.errors import CollectionError, CollectionsDisabledError
 from skyward_iac.collections._barrier import Barrier
 from skyward_iac.collections._counter import Counter
 from skyward_iac.collections._dict import Dict
@@ -23,7 +24,6 @@ from skyward_iac.collections._queue import Queue
 from skyward_iac.collections._set import Set
 from skyward_iac.collections.cache import PrefixReplica
 from skyward_iac.collections.client import EtcdClient
-from skyward_iac.api.errors import CollectionError, CollectionsDisabledError
 from skyward_iac.collections.namespace import Namespace
 from skyward_iac.collections.pki import SERVER_NAME
 from skyward_iac.collections.session import LeaseSession

@@ -45,8 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyward_iac.collections.client import EtcdClient
 from skyward_iac.api.errors import CollectionError
+from skyward_iac.collections.client import EtcdClient
 from skyward_iac.collections.pki import IssuedCertificate
 from skyward_iac.processes import is_alive
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from skyward_iac.collections.client import EtcdClient
 from skyward_iac.api.errors import CollectionError
+from skyward_iac.collections.client import EtcdClient
 
 _log = logging.getLogger(__name__)
 

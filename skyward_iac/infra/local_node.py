@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
-from pulumi.dynamic import UpdateResult
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
 
 from skyward_iac.infra.keys import generate_keypair
 from skyward_iac.processes import SANDBOX_ENV, is_alive, stop_sandbox

@@ -15,7 +15,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ import pulumi.automation as auto
 
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
+from skyward_iac.api.volumes import VolumeKeys, keys_from_outputs
 from skyward_iac.infra import engine, home
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.processes import is_alive
@@ -71,6 +72,7 @@ class ClusterOutputs:
     ssh_private_key: str
     agent_token: str
     etcd: EtcdMaterial | None = None
+    volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # the secrets never reach a log line
         return f"ClusterOutputs(nodes={self.nodes!r})"
@@ -232,26 +234,33 @@ class ClusterStack:
         return cls(stack)
 
     def up(self, on_output: Callable[[str], Any] | None = None, refresh: bool = False,
-           message: str | None = None) -> ClusterOutputs:
+           message: str | None = None,
+           on_event: Callable[[auto.EngineEvent], Any] | None = None) -> ClusterOutputs:
         """Provision (or converge) the stack and return its outputs; ``refresh`` first reads
         every resource back, so a node that vanished is noticed and created again."""
         try:
             result = self._stack.up(on_output=on_output or log.debug, color="never",
-                                    refresh=refresh, message=message)
+                                    refresh=refresh, message=message, on_event=on_event)
         except auto.errors.CommandError as exc:
             raise _engine_error("up", self.name, exc) from None
         return _parse_outputs(result.outputs)
+
+    def set_request(self, request: ClusterRequest) -> None:
+        """Declare ``request`` from now on (e.g. another node count); the next ``up`` applies it."""
+        self._stack.workspace.program = program_for(request)
 
     def outputs(self) -> ClusterOutputs:
         """The outputs of the last successful ``up``."""
         return _parse_outputs(self._stack.outputs())
 
     def destroy(self, on_output: Callable[[str], Any] | None = None,
-                message: str = "skyward: pool closed") -> None:
+                message: str = "skyward: pool closed",
+                on_event: Callable[[auto.EngineEvent], Any] | None = None) -> None:
         """Delete every resource of the stack; the stack itself stays on record, and
         ``message`` (how the run ended) stays in its update history."""
         try:
-            self._stack.destroy(on_output=on_output or log.debug, color="never", message=message)
+            self._stack.destroy(on_output=on_output or log.debug, color="never", message=message,
+                                on_event=on_event)
         except auto.errors.ConcurrentUpdateError:
             raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
         except auto.errors.CommandError as exc:
@@ -379,4 +388,6 @@ def _parse_outputs(outputs: Mapping[str, auto.OutputValue]) -> ClusterOutputs:
         ssh_private_key=outputs["ssh_private_key"].value,
         agent_token=outputs["agent_token"].value,
         etcd=EtcdMaterial(**etcd.value) if etcd is not None else None,
+        volume_keys=keys_from_outputs(
+            outputs["volume_keys"].value if "volume_keys" in outputs else None),
     )

@@ -16,6 +16,7 @@ import logging.handlers
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -176,6 +177,7 @@ class ConfiguredLogging:
         self.handlers = []
 
 
+_configuring = threading.Lock()
 _installed: ConfiguredLogging | None = None
 
 
@@ -187,6 +189,11 @@ def configure_logging(config: LogConfig | bool,
     do not write every line several times. ``stream`` is where the console echo goes
     (stderr by default).
     """
+    with _configuring:  # pools provisioned in parallel (MultiPool) configure at the same time
+        return _configure(config, stream)
+
+
+def _configure(config: LogConfig | bool, stream: TextIO | None) -> ConfiguredLogging:
     global _installed
     if config is True:
         config = LogConfig()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ def ship_module_by_value(fn: Any) -> None:
     """
     name = getattr(fn, "__module__", None)
     module = sys.modules.get(name or "")
-    if module is None or name in _by_value or name == "__main__" or name.startswith("skyward_iac"):
+    if (module is None or name is None or name in _by_value or name == "__main__"
+            or name.startswith("skyward_iac")):
         return
     file = getattr(module, "__file__", None)
     if not file or any(Path(file).resolve().is_relative_to(root) for root in _INSTALLED_ROOTS):
@@ -38,13 +40,37 @@ def ship_module_by_value(fn: Any) -> None:
     _by_value.add(name)
 
 
-def pack_call(pending: PendingFunction[Any]) -> bytes:
-    """Pickle ``(fn, args, kwargs)``; an unpicklable part raises ``ConfigError`` naming it."""
-    ship_module_by_value(pending.fn)
+@dataclass(frozen=True, slots=True)
+class PackedCall:
+    """A call ready for the wire: its pickle and the large buffers kept out of it."""
+
+    payload: bytes
+    buffers: tuple[Any, ...] = ()
+
+
+def pack_function(fn: Any) -> protocol.PickledFunction:
+    """Pickle a function once, for any number of calls (``pack_call(..., function=...)``)."""
+    ship_module_by_value(fn)
+    return protocol.PickledFunction(protocol.dumps(fn))
+
+
+def pack_call(pending: PendingFunction[Any], copy: bool = True,
+              function: protocol.PickledFunction | None = None) -> PackedCall:
+    """Pickle ``(fn, args, kwargs)``; an unpicklable part raises ``ConfigError`` naming it.
+
+    The function travels as a ``PickledFunction`` (``function``: pickled already, shared by
+    many calls), so nodes unpickle each distinct function once. Large contiguous buffers
+    (numpy arrays, ...) stay out of the pickle (protocol 5). With ``copy`` they are copied once,
+    now, because the caller may change its arrays as soon as the call is made; ``copy=False``
+    (views, no copy) is for callers that wait for the result.
+    """
     try:
-        return protocol.dumps((pending.fn, pending.args, pending.kwargs))
+        packed_fn = function or pack_function(pending.fn)
+        payload, buffers = protocol.dumps_with_buffers(
+            (packed_fn, pending.args, pending.kwargs), copy=copy)
     except Exception as exc:
         raise ConfigError(_culprit(pending, exc)) from exc
+    return PackedCall(payload, buffers)
 
 
 def _culprit(pending: PendingFunction[Any], error: Exception) -> str:

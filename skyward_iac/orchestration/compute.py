@@ -14,23 +14,47 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import Token
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from skyward_iac import config_file
 from skyward_iac.api.errors import ConfigError, StackBusyError
 from skyward_iac.api.function import Dispatcher, active_pool
 from skyward_iac.api.runtime import InstanceInfo, PeerInfo
 from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
+from skyward_iac.api.volumes import volume_keys
+from skyward_iac.collections import context as collections_context
 from skyward_iac.infra import engine, gc, offers
 from skyward_iac.infra.programs import ClusterRequest, program_for
-from skyward_iac.infra.stack import ClusterOutputs, ClusterStack, new_stack_name, stack_tags
-from skyward_iac.collections import context as collections_context
-from skyward_iac.orchestration.collections import ClientCollections, head_etcd_plan, node_config
+from skyward_iac.infra.stack import (
+    ClusterOutputs,
+    ClusterStack,
+    NodeAddress,
+    new_stack_name,
+    stack_tags,
+)
 from skyward_iac.observability.bus import EventBus
-from skyward_iac.observability.events import Error, Event, InstancePreempted, InstanceReplaced
+from skyward_iac.observability.console import acquire_console
+from skyward_iac.observability.engine_events import EngineEventTranslator
+from skyward_iac.observability.events import (
+    ClusterDestroyed,
+    ClusterProvisioned,
+    ClusterReady,
+    ClusterRequested,
+    Error,
+    Event,
+    InstancePreempted,
+    InstanceReplaced,
+)
+from skyward_iac.observability.logging import configure_logging
+from skyward_iac.orchestration.autoscaler import PoolLoad, desired_nodes
+from skyward_iac.orchestration.collections import ClientCollections, head_etcd_plan, node_config
 from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.orchestration.node import Node, plan_for
 from skyward_iac.orchestration.pool import Pool, print_output
+from skyward_iac.remote.bootstrap import BootstrapPlan
+from skyward_iac.remote.volumes import mount_plan
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,8 +71,11 @@ def _resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, A
     has its offer, so under ``"cheapest"`` it wins over any cloud.
     """
     if name is not None:
-        raise ConfigError("named pools (name=...) from skyward.toml are not supported yet; "
-                          "pass the spec fields as keyword arguments")
+        if specs or fields:
+            raise ConfigError("name= loads a whole pool from skyward.toml; it cannot be combined "
+                              f"with Specs or spec fields (got {len(specs)} Spec(s), "
+                              f"{sorted(fields)})")
+        specs = (config_file.load_pool(name),)
     if specs and fields:
         raise ConfigError(
             "sky.Compute takes either Spec objects or spec fields as keyword arguments, not both "
@@ -105,7 +132,10 @@ class Compute:
         self.on_output = on_output
         self.node_count = self.spec.nodes.desired
         self.stack_name = new_stack_name(self.spec)
+        # Keys given as callables are resolved once, here; the stack keeps them as secrets.
+        keys = volume_keys(self.spec.volumes, self.spec.provider.kind)
         self.request = ClusterRequest(self.stack_name, self.spec, self.node_count,
+                                      volume_keys=keys,
                                       offer=self.choice.offer,
                                       collections=self.options.collections)
         program_for(self.request)  # an unsupported provider fails here, before provisioning
@@ -115,16 +145,30 @@ class Compute:
         #: Seconds spent in each phase: create, up, nodes (SSH + bootstrap + agent), destroy.
         self.timings: dict[str, float] = {}
         self._heartbeat: Heartbeat | None = None
+        self._ready_at: float | None = None
         #: Every event of this pool; ``on_event`` and ``pool.on(...)`` subscribe to it.
         self.events = EventBus()
         if on_event is not None:
             self.events.subscribe(on_event)
         self._replacing = threading.Lock()
+        self._release_console: Callable[[], None] | None = None
+        self._stopping = threading.Event()
         self._context: Token[Dispatcher | None] | None = None
 
     def provision(self) -> Pool:
         """Create and bring up the stack and its nodes; on any failure destroy it again."""
         started = time.monotonic()
+        configure_logging(self.options.logging)
+        self._release_console = acquire_console(self.options.console, self.events)
+        accelerator = self.spec.accelerator
+        self.events.emit(ClusterRequested(
+            stack=self.stack_name, provider=self.spec.provider.kind, nodes=self.node_count,
+            accelerator=accelerator.name if accelerator else None,
+            instance_type=self.choice.offer.instance_type,
+            region=self.choice.offer.region,
+            market=None if self.spec.provider.kind == "local" else self.choice.market,
+            hourly_usd=self._usd_per_hour(),
+        ))
         if self.options.gc_on_start:
             # Other stacks only: it runs beside this pool's provisioning, not before it.
             threading.Thread(target=self._collect_garbage, name="skyward-gc", daemon=True).start()
@@ -134,30 +178,43 @@ class Compute:
                 self.stack = ClusterStack.create(self.request, tags)
             log.info("stack %s: bringing up %d node(s)", self.stack_name, self.node_count)
             with self._phase("up"):
-                outputs = self.stack.up()
+                outputs = self.stack.up(on_event=EngineEventTranslator(
+                    self.stack_name, "up", self.events.emit))
+            self.events.emit(ClusterProvisioned(stack=self.stack_name, nodes=self.node_count,
+                                                duration=self.timings["up"]))
             with self._phase("nodes"):
                 nodes = self._start_nodes(outputs)
                 self.pool = Pool(self.stack_name, nodes, self.options,
                                  ClientCollections(outputs, self.stack_name, nodes[0].connection),
                                  self.events)
                 self.pool.on_node_lost = self._node_lost
+                self.pool.resizer = self.resize
                 if self.spec.ttl:
                     self._heartbeat = Heartbeat(nodes, self.spec.ttl)
+                if self._elastic:
+                    threading.Thread(target=self._autoscale, name="skyward-autoscaler",
+                                     daemon=True).start()
         except BaseException as exc:
+            self.events.emit(Error(stack=self.stack_name, message=str(exc) or repr(exc),
+                                   fatal=True))
             self.teardown(ending(exc))
             raise
+        self._ready_at = time.monotonic()
+        self.events.emit(ClusterReady(stack=self.stack_name, nodes=self.node_count,
+                                      duration=self._ready_at - started,
+                                      hourly_usd=self._usd_per_hour()))
         log.info("pool %s ready in %.1fs (%s)", self.stack_name, time.monotonic() - started,
                  ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
         return self.pool
 
     def _start_nodes(self, outputs: ClusterOutputs) -> list[Node]:
         infos = instance_infos(outputs, self.spec, self.stack_name)
-        etcd, collections = head_etcd_plan(outputs), node_config(outputs, self.stack_name)
+        collections = node_config(outputs, self.stack_name)
         with ThreadPoolExecutor(max_workers=len(outputs.nodes)) as threads:
             futures = [
                 threads.submit(
                     Node.start, address, outputs,
-                    plan_for(address, self.spec, self.options, etcd),
+                    self._plan(address, outputs),
                     self.options.ssh_timeout, infos[address.index], self.on_output, collections,
                     self._lost,
                 )
@@ -174,6 +231,13 @@ class Compute:
                 node.close()
             raise errors[0]
         return nodes
+
+    def _plan(self, address: NodeAddress, outputs: ClusterOutputs) -> BootstrapPlan:
+        """How to bootstrap ``address``: etcd on the head, this pool's volumes everywhere."""
+        region = None if self.spec.provider.kind == "local" else self.choice.offer.region
+        volumes = mount_plan(self.spec.volumes, self.spec.provider.kind, outputs.volume_keys,
+                             region=region)
+        return plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes)
 
     def _lost(self, index: int) -> None:
         if self.pool is not None:
@@ -196,9 +260,9 @@ class Compute:
             try:
                 outputs = stack.up(refresh=True, message=f"skyward: replace node {index}")
                 infos = instance_infos(outputs, self.spec, self.stack_name)
-                etcd, collections = head_etcd_plan(outputs), node_config(outputs, self.stack_name)
+                collections = node_config(outputs, self.stack_name)
                 address = outputs.nodes[index]
-                node = Node.start(address, outputs, plan_for(address, self.spec, self.options, etcd),
+                node = Node.start(address, outputs, self._plan(address, outputs),
                                   self.options.ssh_timeout, infos[index], self.on_output,
                                   collections, self._lost)
             except Exception as exc:  # noqa: BLE001 - reported; the pool keeps the other nodes
@@ -220,21 +284,99 @@ class Compute:
                                           old_instance_id=old.public_address,
                                           instance_id=address.public_address))
 
+    @property
+    def _bounds(self) -> tuple[int, int]:
+        nodes = self.spec.nodes
+        return nodes.min or nodes.desired, max(nodes.max or nodes.desired, nodes.desired)
+
+    @property
+    def _elastic(self) -> bool:
+        floor, ceiling = self._bounds
+        return ceiling > floor
+
+    def resize(self, target: int) -> None:
+        """Grow or shrink the pool to ``target`` nodes (clamped to the spec's min/max) through
+        a stack update: new nodes are bootstrapped and join; removed ones drain first."""
+        with self._replacing:
+            stack, pool = self.stack, self.pool
+            if stack is None or pool is None:
+                return
+            floor, ceiling = self._bounds
+            current, target = len(pool.nodes), max(floor, min(ceiling, target))
+            if target == current:
+                return
+            for index in range(current - 1, target - 1, -1):
+                pool.retire(index)
+            self.request = replace(self.request, node_count=target)
+            stack.set_request(self.request)
+            outputs = stack.up(message=f"skyward: resize {current} -> {target} nodes")
+            infos = instance_infos(outputs, self.spec, self.stack_name)
+            collections = node_config(outputs, self.stack_name)
+            with ThreadPoolExecutor(max_workers=max(1, target - current)) as threads:
+                started = [
+                    threads.submit(Node.start, address, outputs,
+                                   self._plan(address, outputs),
+                                   self.options.ssh_timeout, infos[address.index],
+                                   self.on_output, collections, self._lost)
+                    for address in outputs.nodes[current:]
+                ]
+                for future in started:
+                    pool.add(future.result())
+            for node in pool.nodes:
+                try:
+                    node.configure(infos[node.address.index], collections)
+                except OSError as exc:  # its reader reports the node lost; it gets replaced
+                    log.warning("node %d missed the new peer list: %s", node.address.index, exc)
+        log.info("stack %s: resized from %d to %d nodes", self.stack_name, current, target)
+
+    def _autoscale(self) -> None:
+        floor, ceiling = self._bounds
+        last_change, idle_since = time.monotonic(), None
+        while not self._stopping.wait(self.options.reconcile_tick_interval):
+            pool = self.pool
+            if pool is None:
+                return
+            queued, running = pool.load()
+            now = time.monotonic()
+            idle_since = (idle_since or now) if queued == running == 0 else None
+            load = PoolLoad(len(pool.nodes), queued, running, pool.slots_per_node, floor, ceiling)
+            target = desired_nodes(load, now=now, last_change=last_change, idle_since=idle_since,
+                                   cooldown=self.options.autoscale_cooldown,
+                                   idle_timeout=self.options.autoscale_idle_timeout)
+            if target != load.nodes:
+                try:
+                    self.resize(target)
+                except Exception as exc:  # noqa: BLE001 - retried at the next tick
+                    log.error("stack %s: autoscaling to %d failed: %s", self.stack_name, target, exc,
+                              exc_info=True)
+                last_change, idle_since = time.monotonic(), None
+
     def teardown(self, how: str = "pool closed") -> None:
         """Close the pool's connections and destroy the stack (the stack stays on record, its
         history saying ``how`` the run ended)."""
+        self._stopping.set()
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
-        if self.stack is not None:
-            log.info("stack %s: destroying (%s)", self.stack_name, how)
-            with self._phase("destroy"):
-                self._destroy(self.stack, how)
-            log.info("stack %s: destroyed in %.1fs", self.stack_name, self.timings["destroy"])
-            self.stack = None
+        try:
+            if self.stack is not None:
+                log.info("stack %s: destroying (%s)", self.stack_name, how)
+                with self._phase("destroy"):
+                    self._destroy(self.stack, how)
+                log.info("stack %s: destroyed in %.1fs", self.stack_name,
+                         self.timings["destroy"])
+                uptime = time.monotonic() - self._ready_at if self._ready_at else 0.0
+                self.events.emit(ClusterDestroyed(
+                    stack=self.stack_name, duration=self.timings["destroy"], uptime=uptime,
+                    cost_usd=self._usd_per_hour() * uptime / 3600))
+                self.stack = None
+        finally:
+            if self._release_console is not None:
+                self._release_console()
+                self._release_console = None
 
     def _destroy(self, stack: ClusterStack, how: str) -> None:
         # After Ctrl+C the engine may still be finishing the interrupted update and hold the
@@ -242,7 +384,8 @@ class Compute:
         deadline = time.monotonic() + self.options.shutdown_timeout
         while True:
             try:
-                stack.destroy(message=f"skyward: {how}")
+                stack.destroy(message=f"skyward: {how}", on_event=EngineEventTranslator(
+                    self.stack_name, "destroy", self.events.emit))
                 return
             except StackBusyError:
                 if time.monotonic() > deadline:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import PurePosixPath
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import fabric
@@ -16,10 +16,11 @@ from skyward_iac.infra.stack import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
+from skyward_iac.remote.volumes import MountPlan
 
 
 def plan_for(address: NodeAddress, spec: Spec, options: Options,
-             etcd: EtcdServerPlan | None = None) -> BootstrapPlan:
+             etcd: EtcdServerPlan | None = None, volumes: MountPlan | None = None) -> BootstrapPlan:
     """How to bootstrap ``address`` for ``spec``: interpreter, uv, packages, env, slots."""
     client_minor = f"{sys.version_info.major}.{sys.version_info.minor}"
     wanted = client_minor if spec.image.python == "auto" else spec.image.python
@@ -39,6 +40,7 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
         ttl=spec.ttl,
+        volumes=volumes or MountPlan(),
         # A Local node's workdir is <sandbox>/work; its watchdog stops the whole sandbox.
         sandbox=str(PurePosixPath(address.workdir).parent) if spec.provider.kind == "local" else None,
         timeout=options.bootstrap_timeout or spec.image.bootstrap_timeout,

@@ -1,14 +1,18 @@
 """``Pool``: the ready nodes of one stack and every way to run work on them.
 
-Calls wait in one queue; a dispatcher thread hands each to a node with a free slot (a node
-takes ``concurrency + buffer`` tasks at a time), round-robin among nodes with room, or to the
-node a call targets. Results come back as futures resolved by each node's reader thread.
+Calls wait in one queue and are handed to nodes with a free slot (a node takes
+``concurrency + buffer`` tasks at a time), round-robin among nodes with room, or to the node a
+call targets. The caller's thread places what fits at once (no thread hop on the way out); a
+dispatcher thread places the rest as results free slots. All calls placed on one node in one
+go travel in one frame. Results come back as futures resolved by each node's reader thread.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, as_completed
@@ -17,8 +21,7 @@ from typing import Any, TypeVar
 
 from skyward_iac.api.errors import CollectionsDisabledError, ConfigError, NodeConnectionError
 from skyward_iac.api.function import Function, PendingFunction, PendingFunctionGroup, function
-from skyward_iac.api.spec import Options
-from skyward_iac.orchestration.calls import pack_call
+from skyward_iac.api.spec import Nodes, Options
 from skyward_iac.collections import (
     Backend,
     Barrier,
@@ -31,8 +34,11 @@ from skyward_iac.collections import (
 )
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
+from skyward_iac.orchestration.calls import PackedCall, pack_call, pack_function
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.node import Node
+from skyward_iac.remote.agent_client import Submission
+from skyward_iac.remote.protocol import PickledFunction
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -46,10 +52,15 @@ def print_output(node: int, stream: str, text: str) -> None:
     target.flush()
 
 
+#: ``map`` packs and places its calls in chunks of this many, so the first tasks are running
+#: while the rest are still being pickled.
+MAP_CHUNK = 64
+
+
 @dataclass
 class _Call:
     pending: PendingFunction[Any]
-    payload: bytes
+    packed: PackedCall
     future: Future[Any]
     node: int | None
     attempts: int = 0
@@ -69,13 +80,19 @@ class Pool:
         self.lost: set[int] = set()
         #: Called with a node's index when its connection is lost (set by ``Compute``).
         self.on_node_lost: Callable[[int], None] | None = None
+        #: Resizes the pool to a node count (set by ``Compute``).
+        self.resizer: Callable[[int], None] | None = None
         #: Where the pool's events go; ``Compute`` passes its own bus.
         self.events = events or EventBus()
         self.slots_per_node = options.worker.concurrency + options.worker.buffer
         self._calls: deque[_Call] = deque()
         self._wakeup = threading.Condition()
         self._next_node = 0
+        #: Calls placed on each node and not yet handed to its agent client (sent outside the lock).
+        self._placing = [0] * len(nodes)
         self._closed = False
+        for node in nodes:
+            node.agent.on_results = self._slots_freed
         threading.Thread(target=self._dispatch, name=f"{stack_name}-dispatch", daemon=True).start()
 
     # ---- placement -----------------------------------------------------------------------
@@ -86,7 +103,8 @@ class Pool:
 
     def current_nodes(self) -> int:
         """How many nodes are ready right now."""
-        return len(self.nodes)
+        with self._wakeup:
+            return len(self.nodes) - len(self.lost)
 
     def _node_index(self, target: None | str | int) -> int | None:
         if target is None:
@@ -99,63 +117,63 @@ class Pool:
             f"target must be None, 'head' or a node rank in 0..{len(self.nodes) - 1}, got {target!r}"
         )
 
-    def _has_room(self, index: int) -> bool:
-        return index not in self.lost and self.nodes[index].agent.in_flight < self.slots_per_node
-
-    def _next_call(self) -> tuple[int, _Call] | None:
-        """The first queued call that a node with a free slot can take, and that node."""
+    def _place(self) -> dict[int, list[_Call]]:
+        """Take the queued calls that nodes have room for (queue order; untargeted calls
+        round-robin among nodes with room). Called with ``_wakeup`` held."""
+        if not self._calls:
+            return {}
         count = len(self.nodes)
-        with_room = [
-            index for step in range(count)
-            if self._has_room(index := (self._next_node + step) % count)
-        ]
-        if not with_room:
-            return None  # nothing can move: no need to scan the queue
-        for position, call in enumerate(self._calls):
-            if call.node is None:
-                index = with_room[0]
+        room = [0 if index in self.lost
+                else self.slots_per_node - node.agent.in_flight - self._placing[index]
+                for index, node in enumerate(self.nodes)]
+        free = sum(r for r in room if r > 0)
+        placed: dict[int, list[_Call]] = {}
+        skipped: list[_Call] = []
+        while free > 0 and self._calls:
+            call = self._calls.popleft()
+            index = call.node
+            if index is None:
+                index = next(i for step in range(count)
+                             if room[i := (self._next_node + step) % count] > 0)
                 self._next_node = (index + 1) % count
-            elif call.node in with_room:
-                index = call.node
-            else:
+            elif room[index] <= 0:
+                skipped.append(call)  # its node is full: later calls may still fit elsewhere
                 continue
-            del self._calls[position]
-            return index, call
-        return None
+            room[index] -= 1
+            free -= 1
+            placed.setdefault(index, []).append(call)
+        self._calls.extendleft(reversed(skipped))
+        for index, calls in placed.items():
+            self._placing[index] += len(calls)
+        return placed
+
+    def _send(self, placed: dict[int, list[_Call]]) -> None:
+        """Hand each node its calls, in one frame per node (outside ``_wakeup``)."""
+        for index, calls in placed.items():
+            submissions = [
+                Submission(call.pending.name, call.packed.payload,
+                           call.pending.timeout or self.options.default_compute_timeout,
+                           call.packed.buffers, call.future, functools.partial(self._retry, call))
+                for call in calls
+            ]
+            try:
+                self.nodes[index].agent.submit_many(submissions)
+            except NodeConnectionError as exc:
+                for call in calls:
+                    if not call.future.done() and not self._retry(call):
+                        call.future.set_exception(exc)
+            finally:
+                with self._wakeup:
+                    self._placing[index] -= len(calls)
 
     def _dispatch(self) -> None:
-        with self._wakeup:
-            while not self._closed:
-                chosen = self._next_call()
-                if chosen is None:
+        while True:
+            with self._wakeup:
+                while not self._closed and not (placed := self._place()):
                     self._wakeup.wait()
-                    continue
-                index, call = chosen
-                self._send(call, self.nodes[index])
-
-    def _send(self, call: _Call, node: Node) -> None:
-        if call.future.cancelled():
-            return
-        timeout = call.pending.timeout or self.options.default_compute_timeout
-        try:
-            remote = node.agent.submit(call.pending.name, call.payload, timeout)
-        except NodeConnectionError as exc:
-            if not self._retry(call):
-                call.future.set_exception(exc)
-            return
-        remote.add_done_callback(lambda done: self._finished(done, call))
-
-    def _finished(self, remote: Future[Any], call: _Call) -> None:
-        error = remote.exception()
-        if isinstance(error, NodeConnectionError) and self._retry(call):
-            return
-        if not call.future.cancelled():
-            if error is not None:
-                call.future.set_exception(error)
-            else:
-                call.future.set_result(remote.result())
-        with self._wakeup:
-            self._wakeup.notify()
+                if self._closed:
+                    return
+            self._send(placed)
 
     def _retry(self, call: _Call) -> bool:
         """Queue a call again after its node was lost, if it has retries left. A call pinned
@@ -177,43 +195,105 @@ class Pool:
         if self.on_node_lost is not None:
             self.on_node_lost(index)
 
+    def load(self) -> tuple[int, int]:
+        """Calls waiting for a slot, and calls running on nodes."""
+        with self._wakeup:
+            return len(self._calls), sum(node.agent.in_flight for node in self.nodes)
+
+    def add(self, node: Node) -> None:
+        """Put a new node in service (an elastic pool growing); it must be the next index."""
+        with self._wakeup:
+            if node.address.index != len(self.nodes):
+                raise ValueError(f"node {node.address.index} is not the next index")
+            self.nodes.append(node)
+            self._placing.append(0)
+            self._wakeup.notify_all()
+
+    def retire(self, index: int, timeout: float = 300.0) -> None:
+        """Take the last node out of service: no new calls, wait for its running ones, close."""
+        if index != len(self.nodes) - 1:
+            raise ValueError("only the last node can be retired")
+        with self._wakeup:
+            self.lost.add(index)  # no new calls for it
+        deadline = time.monotonic() + timeout
+        while self.nodes[index].agent.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self._wakeup:
+            node = self.nodes.pop(index)
+            self._placing.pop(index)
+            self.lost.discard(index)
+            self._next_node = 0
+        node.close()
+
+    def resize(self, nodes: int | Nodes) -> None:
+        """Change the number of nodes now (a stack update adds or removes them)."""
+        target = nodes.desired if isinstance(nodes, Nodes) else nodes
+        if isinstance(target, bool) or not isinstance(target, int) or target < 1:
+            raise ConfigError(f"resize needs a node count >= 1 or sky.Nodes(...), got {nodes!r}")
+        if self.resizer is None:
+            raise ConfigError("this pool cannot be resized")
+        self.resizer(target)
+
     def replace(self, index: int, node: Node) -> None:
         """Put a replacement node in service at ``index``."""
         old = self.nodes[index]
+        node.agent.on_results = self._slots_freed
         with self._wakeup:
             self.nodes[index] = node
             self.lost.discard(index)
             self._wakeup.notify_all()
         old.close()
 
-    def _enqueue(self, pending: PendingFunction[T], payload: bytes, node: int | None) -> Future[T]:
+    def _slots_freed(self) -> None:
+        # Called by a node's reader thread after results: the dispatcher may place more.
+        if self._calls:
+            with self._wakeup:
+                self._wakeup.notify()
+
+    def _enqueue(self, calls: list[_Call]) -> None:
+        """Queue ``calls``; what fits on the nodes now is sent from this thread."""
         if self._closed:
             raise NodeConnectionError(f"pool {self.stack_name} is closed")
-        future: Future[T] = Future()
         with self._wakeup:
-            self._calls.append(_Call(pending, payload, future, node))
-            self._wakeup.notify()
-        return future
+            self._calls.extend(calls)
+            placed = self._place()
+            if self._calls:
+                self._wakeup.notify()
+        self._send(placed)
+
+    def _call(self, pending: PendingFunction[T], node: int | None,
+              packed: PackedCall | None = None, copy: bool = True,
+              function: PickledFunction | None = None) -> tuple[_Call, Future[T]]:
+        """A queued call; ``copy=False`` when the caller blocks until the result, so its
+        arrays cannot change while they are being sent (no snapshot needed)."""
+        future: Future[T] = Future()
+        packed = packed or pack_call(pending, copy, function)
+        return _Call(pending, packed, future, node), future
 
     # ---- the public operations -----------------------------------------------------------
 
     def run_async(self, pending: PendingFunction[T], *, target: None | str | int = None) -> Future[T]:
         """Start ``pending`` on one node (round-robin unless ``target``); ``pending > pool``."""
-        return self._enqueue(pending, pack_call(pending), self._node_index(target))
+        call, future = self._call(pending, self._node_index(target))
+        self._enqueue([call])
+        return future
 
     def run(self, pending: PendingFunction[T], *, target: None | str | int = None) -> T:
         """Run ``pending`` on one node and return its result; ``pending >> pool``."""
-        return self.run_async(pending, target=target).result()
+        call, future = self._call(pending, self._node_index(target), copy=False)
+        self._enqueue([call])
+        return future.result()
 
     def broadcast(self, pending: PendingFunction[T]) -> list[T]:
         """Run ``pending`` on every node; one result per node, in node order; ``pending @ pool``."""
-        payload = pack_call(pending)
-        futures = [self._enqueue(pending, payload, index) for index in range(len(self.nodes))]
-        return [future.result() for future in futures]
+        packed = pack_call(pending, copy=False)
+        calls = [self._call(pending, index, packed) for index in range(len(self.nodes))]
+        self._enqueue([call for call, _ in calls])
+        return [future.result() for _, future in calls]
 
     def run_parallel(self, group: PendingFunctionGroup[Any]) -> Any:
         """Run a group's calls concurrently: a tuple, or a generator when it streams."""
-        futures = [self.run_async(pending) for pending in group.items]
+        futures = self._start_all(group.items, copy=group.stream)
         if not group.stream:
             return tuple(future.result() for future in futures)
         return _stream(futures, group.ordered)
@@ -221,8 +301,32 @@ class Pool:
     def map(self, fn: Callable[[Any], R] | Function[Any, R], items: Iterable[Any]) -> list[R]:
         """``fn(item)`` for every item, spread over the nodes; results in input order."""
         remote = fn if isinstance(fn, Function) else function(fn)
-        futures = [self.run_async(remote(item)) for item in items]
-        return [future.result() for future in futures]
+        # Copies kept: ``items`` may be a generator that refills one array for every item.
+        return [future.result() for future in self._start_all(remote(item) for item in items)]
+
+    def _start_all(self, pendings: Iterable[PendingFunction[Any]],
+                   copy: bool = True) -> list[Future[Any]]:
+        """Pack and queue calls in chunks; their futures in order. Each distinct function is
+        pickled once for the whole batch."""
+        futures: list[Future[Any]] = []
+        chunk: list[_Call] = []
+        functions: dict[int, tuple[Any, PickledFunction | None]] = {}
+        for pending in pendings:
+            known = functions.get(id(pending.fn))
+            if known is None:
+                try:
+                    known = functions[id(pending.fn)] = (pending.fn, pack_function(pending.fn))
+                except Exception:
+                    known = (pending.fn, None)  # pack_call names the culprit
+            call, future = self._call(pending, None, copy=copy, function=known[1])
+            chunk.append(call)
+            futures.append(future)
+            if len(chunk) == MAP_CHUNK:
+                self._enqueue(chunk)
+                chunk = []
+        if chunk:
+            self._enqueue(chunk)
+        return futures
 
     # ---- distributed collections (the same ones tasks see) ---------------------------------
 

@@ -2,6 +2,7 @@
 
 A reader thread resolves futures as results arrive; a deadline thread fails tasks that exceed
 their timeout (``TimeoutError`` naming the function and limit) and tells the agent to drop them.
+``submit_many`` sends several tasks in one frame (the pool batches what it has queued).
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
 from typing import Any
-
-import cloudpickle
 
 from skyward_iac.api.errors import NodeConnectionError, RemoteError, SkywardError
 from skyward_iac.remote import protocol
@@ -30,19 +30,38 @@ from skyward_iac.remote.protocol import (
 )
 
 
+@dataclass
+class Submission:
+    """One task to send: its pickled call (and out-of-band buffers) and the future to resolve.
+
+    ``retry`` is asked first when the connection is lost: True means the caller has queued the
+    call again elsewhere, and the future is left alone.
+    """
+
+    name: str
+    payload: bytes
+    timeout: float | None
+    buffers: tuple[Any, ...] = ()
+    future: Future[Any] = field(default_factory=Future)
+    retry: Callable[[], bool] | None = None
+
+
 class AgentClient:
     """A multiplexed task connection to one node's agent."""
 
     def __init__(self, stream: ByteStream, token: str, node: int,
                  on_output: Callable[[int, str, str], Any] | None = None,
-                 on_lost: Callable[[int], Any] | None = None) -> None:
+                 on_lost: Callable[[int], Any] | None = None,
+                 on_results: Callable[[], Any] | None = None) -> None:
         self.node = node
         self._on_output = on_output
         self._on_lost = on_lost
+        #: Called after each frame of results is resolved (the pool's dispatcher waits on it).
+        self.on_results = on_results
         self._stream = stream
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Future[Any], str]] = {}
+        self._pending: dict[int, Submission] = {}
         self._deadlines: list[tuple[float, int, float]] = []
         self._deadline_wakeup = threading.Condition()
         self._closed = False
@@ -66,26 +85,56 @@ class AgentClient:
         with self._send_lock:
             protocol.send(self._stream, protocol.encode(Configure(instance, collections)))
 
-    def submit(self, name: str, payload: bytes, timeout: float | None) -> Future[Any]:
+    def submit(self, name: str, payload: bytes, timeout: float | None,
+               buffers: tuple[Any, ...] = ()) -> Future[Any]:
         """Send one task (``payload`` = pickled ``(fn, args, kwargs)``); returns its future."""
+        submission = Submission(name, payload, timeout, buffers)
+        submission.future.set_running_or_notify_cancel()
+        self.submit_many([submission])
+        return submission.future
+
+    def submit_many(self, submissions: list[Submission]) -> None:
+        """Send several tasks in one frame; each ``future`` resolves with its task's outcome
+        (a future already cancelled is skipped).
+
+        ``NodeConnectionError`` when the connection is closed or the send fails (then none of
+        these tasks is pending).
+        """
         if self._closed:
             raise NodeConnectionError(f"node {self.node}: connection is closed")
-        task_id = next(self._ids)
-        future: Future[Any] = Future()
-        future.set_running_or_notify_cancel()
-        self._pending[task_id] = (future, name)
-        if timeout is not None:
+        tasks = []
+        now, earliest_before = time.monotonic(), None
+        for submission in submissions:
+            if submission.future.cancelled():
+                continue
+            task_id = next(self._ids)
+            self._pending[task_id] = submission
+            tasks.append(Task(task_id, submission.name, submission.payload, submission.timeout,
+                              submission.buffers))
+        if not tasks:
+            return
+        deadlines = [(now + t.timeout, t.task_id, t.timeout) for t in tasks if t.timeout is not None]
+        if deadlines:
             with self._deadline_wakeup:
-                heapq.heappush(self._deadlines, (time.monotonic() + timeout, task_id, timeout))
-                self._deadline_wakeup.notify()
-        frames = protocol.encode(Task(task_id, name, payload, timeout))
+                if len(self._deadlines) > 2 * len(self._pending) + 4096:
+                    # Deadlines of finished tasks linger until they pass: drop them in bulk.
+                    self._deadlines = [d for d in self._deadlines if d[1] in self._pending]
+                    heapq.heapify(self._deadlines)
+                earliest_before = self._deadlines[0][0] if self._deadlines else None
+                for deadline in deadlines:
+                    heapq.heappush(self._deadlines, deadline)
+                # The deadline thread sleeps until the earliest deadline: wake it only if that moved.
+                if earliest_before is None or self._deadlines[0][0] < earliest_before:
+                    self._deadline_wakeup.notify()
+        frames = protocol.encode(protocol.batched(tasks))
         try:
             with self._send_lock:
                 protocol.send(self._stream, frames)
         except OSError as exc:
-            self._pending.pop(task_id, None)
-            raise NodeConnectionError(f"node {self.node}: sending {name} failed: {exc}") from exc
-        return future
+            for task in tasks:
+                self._pending.pop(task.task_id, None)
+            names = ", ".join(sorted({s.name for s in submissions}))
+            raise NodeConnectionError(f"node {self.node}: sending {names} failed: {exc}") from exc
 
     def close(self) -> None:
         """Stop; tasks still pending fail with ``NodeConnectionError``."""
@@ -100,11 +149,15 @@ class AgentClient:
     def _read_results(self) -> None:
         try:
             while True:
-                message = protocol.read_message(self._stream)
-                if isinstance(message, Result):
-                    self._resolve(message)
-                elif isinstance(message, Output) and self._on_output is not None:
-                    self._on_output(self.node, message.stream, message.text)
+                resolved = False
+                for message in protocol.unbatch(protocol.read_message(self._stream)):
+                    if isinstance(message, Result):
+                        self._resolve(message)
+                        resolved = True
+                    elif isinstance(message, Output) and self._on_output is not None:
+                        self._on_output(self.node, message.stream, message.text)
+                if resolved and self.on_results is not None:
+                    self.on_results()
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
             if not self._closed:
                 self._closed = True
@@ -116,23 +169,34 @@ class AgentClient:
         entry = self._pending.pop(result.task_id, None)
         if entry is None:
             return  # timed out already
-        future, name = entry
+        future, name = entry.future, entry.name
         if future.done():
-            return
+            return  # cancelled by its caller
+        outcome: BaseException | None = None
+        value: Any = None
         if result.failure is not None:
-            future.set_exception(rebuild_exception(result.failure, self.node))
-            return
+            outcome = rebuild_exception(result.failure, self.node)
+        else:
+            try:
+                value = protocol.loads(result.value or b"", result.buffers)
+            except ModuleNotFoundError as exc:
+                outcome = SkywardError(
+                    f"the result of {name} from node {self.node} needs module {exc.name!r}, "
+                    f"which is not installed on this client: install it here to receive this "
+                    f"result"
+                )
+            except Exception as exc:
+                outcome = SkywardError(
+                    f"the result of {name} from node {self.node} cannot be unpickled here: "
+                    f"{exc!r}"
+                )
         try:
-            future.set_result(cloudpickle.loads(result.value or b""))
-        except ModuleNotFoundError as exc:
-            future.set_exception(SkywardError(
-                f"the result of {name} from node {self.node} needs module {exc.name!r}, which "
-                f"is not installed on this client: install it here to receive this result"
-            ))
-        except Exception as exc:
-            future.set_exception(SkywardError(
-                f"the result of {name} from node {self.node} cannot be unpickled here: {exc!r}"
-            ))
+            if outcome is None:
+                future.set_result(value)
+            else:
+                future.set_exception(outcome)
+        except InvalidStateError:
+            pass  # cancelled meanwhile
 
     def _expire_deadlines(self) -> None:
         while not self._closed:
@@ -148,10 +212,13 @@ class AgentClient:
             entry = self._pending.pop(task_id, None)
             if entry is None:
                 continue
-            future, name = entry
-            future.set_exception(TimeoutError(
-                f"{name} did not finish within its timeout of {limit:g}s on node {self.node}"
-            ))
+            future, name = entry.future, entry.name
+            try:
+                future.set_exception(TimeoutError(
+                    f"{name} did not finish within its timeout of {limit:g}s on node {self.node}"
+                ))
+            except InvalidStateError:
+                pass  # cancelled by its caller
             try:
                 with self._send_lock:
                     protocol.send(self._stream, protocol.encode(Cancel(task_id)))
@@ -160,9 +227,13 @@ class AgentClient:
 
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for submission in pending.values():
+            if submission.retry is not None and submission.retry():
+                continue
+            try:
+                submission.future.set_exception(error)
+            except InvalidStateError:
+                pass  # already cancelled
 
 
 def rebuild_exception(failure: Failure, node: int) -> BaseException:
@@ -171,7 +242,7 @@ def rebuild_exception(failure: Failure, node: int) -> BaseException:
     exc: BaseException | None = None
     if failure.exception is not None:
         try:
-            exc = cloudpickle.loads(failure.exception)
+            exc = protocol.loads(failure.exception)
         except Exception:
             exc = None
     if not isinstance(exc, BaseException):

@@ -15,6 +15,7 @@ from pathlib import Path
 import fabric
 
 from skyward_iac.api.errors import BootstrapError
+from skyward_iac.remote.volumes import MountPlan
 
 #: Packages every node needs, at the client's exact versions (pickles must match): the agent's,
 #: and the etcd client with the gRPC/protobuf it needs. The client goes everywhere even with
@@ -57,6 +58,8 @@ class BootstrapPlan:
     #: A Local node's sandbox: its watchdog stops everything in it when the ttl runs out.
     #: Cloud nodes get theirs from cloud-init instead (it powers the instance off).
     sandbox: str | None = None
+    #: Bucket volumes to mount before the agent starts (its tasks see them).
+    volumes: MountPlan = field(default_factory=MountPlan)
     timeout: float = 300.0
 
 
@@ -111,10 +114,12 @@ def script(plan: BootstrapPlan) -> str:
         'touch "$W/heartbeat"',
         *_watchdog_lines(plan),
         *_etcd_lines(plan),
+        *(['step "volumes"', *plan.volumes.mount] if plan.volumes.mount else []),
         'step "agent"',
         *(f"export {name}={q(value)}" for name, value in plan.env.items()),
         'rm -f run/agent.port',
-        'setsid "$W/venv/bin/python" -m skyward_iac.remote.agent --token-file "$W/agent.token" '
+        f'setsid {plan.volumes.agent_prefix} "$W/venv/bin/python" -m skyward_iac.remote.agent '
+        '--token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '
         f'--executor {plan.executor} {"--fresh-processes " if plan.fresh_processes else ""}'
         '> log/agent.log 2>&1 < /dev/null &',
@@ -167,6 +172,8 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str) -> int:
             for name, pem in (("ca.crt", plan.etcd.ca_pem), ("server.crt", plan.etcd.cert_pem),
                               ("server.key", plan.etcd.key_pem)):
                 _put(sftp, f"{workdir}/{ETCD_CERTS}/{name}", pem.encode(), 0o600)
+        for file in plan.volumes.files:
+            _put(sftp, f"{workdir}/{file.path}", file.content, file.mode)
     finally:
         sftp.close()
     result = conn.run(

@@ -2,27 +2,39 @@
 
 The thread executor is one worker process running ``concurrency`` tasks at once; the process
 executor is ``concurrency`` processes running one task each (optionally a fresh process per
-task). A worker that dies fails only its own tasks and is replaced.
+task). A worker that dies fails only the tasks it was running and is replaced.
+
+A lone worker process (the thread executor) is also sent up to ``PREFETCH`` tasks beyond its
+free slots, in one frame, so it never waits for the agent between short tasks. Which of them
+had started when a worker died is read from a counter the worker shares with the agent (see
+``remote/worker.py``): those fail with ``WorkerCrashedError``, the others go to its successor.
+Several worker processes are never sent tasks ahead: a task must not wait behind a long one
+while another process is idle.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from skyward_iac.api.errors import WorkerCrashedError
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Configure, Output, Result, Task
-from skyward_iac.remote.worker import describe_failure
+from skyward_iac.remote.protocol import Cancel, Configure, Output, Result, Task
+from skyward_iac.remote.worker import COUNTER, describe_failure
 
 log = logging.getLogger("skyward.agent")
+
+#: Tasks a lone worker process is sent beyond its free slots.
+PREFETCH = 64
 
 
 class Route(Protocol):
@@ -32,22 +44,31 @@ class Route(Protocol):
 
 
 class WorkerProcess:
-    """One worker subprocess and the tasks it is running."""
+    """One worker subprocess and the tasks assigned to it (running, or queued in it)."""
 
-    def __init__(self, once: bool, on_message: Callable[[WorkerProcess, Any], None],
+    def __init__(self, once: bool, slots: int, prefetch: int,
+                 on_messages: Callable[[WorkerProcess, Sequence[Any]], None],
                  on_exit: Callable[[WorkerProcess], None]) -> None:
         ours, theirs = socket.socketpair()
-        command = [sys.executable, "-m", "skyward_iac.remote.worker", "--fd", str(theirs.fileno())]
-        self.process = subprocess.Popen(command + (["--once"] if once else []),
-                                        pass_fds=(theirs.fileno(),))
+        # An unlinked file: the worker's counter outlives the worker, for the agent to read.
+        with tempfile.TemporaryFile() as counter_file:
+            counter_file.truncate(COUNTER.size)
+            self.counter = mmap.mmap(counter_file.fileno(), COUNTER.size)
+            command = [sys.executable, "-m", "skyward_iac.remote.worker",
+                       "--fd", str(theirs.fileno()), "--slots", str(slots),
+                       "--counter-fd", str(counter_file.fileno())]
+            self.process = subprocess.Popen(command + (["--once"] if once else []),
+                                            pass_fds=(theirs.fileno(), counter_file.fileno()))
         theirs.close()
         self.sock = ours
         self.send_lock = threading.Lock()
-        self.running: dict[int, Task] = {}
+        #: Assigned and unfinished, in assignment order: task id -> (sequence number, task).
+        self.running: dict[int, tuple[int, Task]] = {}
+        self.capacity = slots + prefetch
         self.once = once
         self.accepted = 0
         self.killed = False
-        self._on_message, self._on_exit = on_message, on_exit
+        self._on_messages, self._on_exit = on_messages, on_exit
         threading.Thread(target=self._read, daemon=True, name=f"worker-{self.process.pid}").start()
 
     def send(self, message: object) -> None:
@@ -55,11 +76,21 @@ class WorkerProcess:
         with self.send_lock:
             protocol.send(self.sock, frames)
 
-    def has_room(self, per_process: int) -> bool:
-        """Alive and below its task limit; a one-task worker never takes a second task."""
+    @property
+    def taken(self) -> int:
+        """How many of its tasks the worker has taken from its queue (started or skipped)."""
+        return COUNTER.unpack_from(self.counter, 0)[0]
+
+    def started(self, task_id: int) -> bool:
+        """Whether the worker has taken this assigned task from its queue."""
+        entry = self.running.get(task_id)
+        return entry is not None and entry[0] < self.taken
+
+    def has_room(self) -> bool:
+        """Alive and below its limit; a one-task worker never takes a second task."""
         if self.killed or self.process.poll() is not None or (self.once and self.accepted):
             return False
-        return len(self.running) < per_process
+        return len(self.running) < self.capacity
 
     def kill(self) -> None:
         self.killed = True  # poll() still says alive until the kernel reaps it
@@ -74,7 +105,7 @@ class WorkerProcess:
     def _read(self) -> None:
         try:
             while True:
-                self._on_message(self, protocol.read_message(self.sock))
+                self._on_messages(self, protocol.unbatch(protocol.read_message(self.sock)))
         except (protocol.ConnectionClosed, OSError):
             pass
         self.sock.close()
@@ -88,6 +119,7 @@ class Slots:
         self.per_process = per_process
         self.once = once
         self.node = node
+        self.prefetch = PREFETCH if processes == 1 and not once else 0
         self.lock = threading.Lock()
         self.queue: deque[tuple[Task, Route]] = deque()
         self.routes: dict[int, Route] = {}
@@ -96,7 +128,8 @@ class Slots:
         self.workers = [self._spawn() for _ in range(processes)]
 
     def _spawn(self) -> WorkerProcess:
-        worker = WorkerProcess(self.once, self._on_message, self._on_exit)
+        worker = WorkerProcess(self.once, self.per_process, self.prefetch, self._on_messages,
+                               self._on_exit)
         if self.configuration is not None:
             worker.send(self.configuration)
         return worker
@@ -109,9 +142,14 @@ class Slots:
                 worker.send(configuration)
 
     def submit(self, task: Task, route: Route) -> None:
+        self.submit_many([task], route)
+
+    def submit_many(self, tasks: Sequence[Task], route: Route) -> None:
+        """Queue tasks from one client connection and start what fits."""
         with self.lock:
-            self.queue.append((task, route))
-            self.routes[task.task_id] = route
+            for task in tasks:
+                self.queue.append((task, route))
+                self.routes[task.task_id] = route
             self._schedule()
 
     def cancel(self, task_id: int) -> None:
@@ -120,53 +158,88 @@ class Slots:
             self.routes.pop(task_id, None)
             self.queue = deque((t, r) for t, r in self.queue if t.task_id != task_id)
             for worker in self.workers:
-                if task_id in worker.running:
-                    del worker.running[task_id]
+                if task_id not in worker.running:
+                    continue
+                started = worker.started(task_id)
+                del worker.running[task_id]
+                if started:  # its result (or its crash) may still come, and is dropped
                     self.abandoned.add(task_id)
-                    if self.per_process == 1:
-                        worker.kill()  # a dedicated process: stopping it is safe and frees the slot
-                    self._schedule()
+                if started and self.per_process == 1:
+                    worker.kill()  # a dedicated process: stopping it is safe and frees the slot
+                else:
+                    try:
+                        worker.send(Cancel(task_id))  # skipped if queued; else its slot is freed
+                    except OSError:
+                        pass
+                self._schedule()
 
     def _schedule(self) -> None:
         for worker in list(self.workers):
-            while self.queue and worker.has_room(self.per_process):
+            batch: list[Task] = []
+            while self.queue and worker.has_room():
                 task, _ = self.queue.popleft()
-                worker.running[task.task_id] = task
+                # The worker takes its tasks in the order sent: the sequence number tells, after
+                # a crash, whether its counter had reached this task.
+                worker.running[task.task_id] = (worker.accepted, task)
                 worker.accepted += 1
+                batch.append(task)
                 if worker.once:
                     # Its successor starts now, so the next task never waits for a Python start.
                     self.workers.append(self._spawn())
-                try:
-                    worker.send(task)
-                except OSError:
-                    self.queue.appendleft((task, self.routes[task.task_id]))
+            if not batch:
+                continue
+            try:
+                worker.send(protocol.batched(batch))
+            except OSError:
+                for task in reversed(batch):
                     del worker.running[task.task_id]
-                    break
+                    self.queue.appendleft((task, self.routes[task.task_id]))
+                worker.accepted -= len(batch)
 
-    def _on_message(self, worker: WorkerProcess, message: Any) -> None:
-        task_id = message.task_id
-        if isinstance(message, Output):
-            route = self.routes.get(task_id)
-        else:
-            with self.lock:
-                worker.running.pop(task_id, None)
-                route = self.routes.pop(task_id, None)
-                self.abandoned.discard(task_id)
+    def _on_messages(self, worker: WorkerProcess, messages: Sequence[Any]) -> None:
+        deliveries: list[tuple[Route, Any]] = []
+        with self.lock:
+            finished = False
+            for message in messages:
+                task_id = message.task_id
+                if isinstance(message, Output):
+                    route = self.routes.get(task_id)
+                else:
+                    worker.running.pop(task_id, None)
+                    route = self.routes.pop(task_id, None)
+                    self.abandoned.discard(task_id)
+                    finished = True
+                if route is not None:
+                    deliveries.append((route, message))
+            if finished:
                 self._schedule()
-        if route is not None:
-            _deliver(route, message)
+        _deliver_all(deliveries)
 
     def _on_exit(self, worker: WorkerProcess) -> None:
         how = worker.exit_description()
+        taken = worker.taken
         with self.lock:
-            lost = [(t, self.routes.pop(t.task_id, None)) for t in worker.running.values()]
+            lost: list[tuple[Task, Route | None]] = []
+            unstarted: list[Task] = []
+            for sequence, task in worker.running.values():
+                if sequence < taken:
+                    lost.append((task, self.routes.pop(task.task_id, None)))
+                else:
+                    unstarted.append(task)
             worker.running.clear()
+            # Tasks it never took from its queue go first to its successor, in their order.
+            for task in reversed(unstarted):
+                route = self.routes.get(task.task_id)
+                if route is not None:
+                    self.queue.appendleft((task, route))
             index = self.workers.index(worker)
             if worker.once and worker.accepted:
                 del self.workers[index]  # its successor was started when it took its task
             else:
                 self.workers[index] = self._spawn()
             self._schedule()
+        worker.counter.close()
+        deliveries: list[tuple[Route, Any]] = []
         for task, route in lost:
             if task.task_id in self.abandoned:
                 self.abandoned.discard(task.task_id)
@@ -177,11 +250,17 @@ class Slots:
                 "the node keeps serving other tasks"
             )
             if route is not None:
-                _deliver(route, Result(task.task_id, failure=describe_failure(error)))
+                deliveries.append((route, Result(task.task_id, failure=describe_failure(error))))
+        _deliver_all(deliveries)
 
 
-def _deliver(route: Route, message: object) -> None:
-    try:
-        route.send(message)
-    except OSError:
-        log.info("client gone; dropped %s", type(message).__name__)
+def _deliver_all(deliveries: list[tuple[Route, Any]]) -> None:
+    """Send each route its messages, in order, in one frame per route."""
+    by_route: dict[int, tuple[Route, list[Any]]] = {}
+    for route, message in deliveries:
+        by_route.setdefault(id(route), (route, []))[1].append(message)
+    for route, messages in by_route.values():
+        try:
+            route.send(protocol.batched(messages))
+        except OSError:
+            log.info("client gone; dropped %d message(s)", len(messages))

@@ -5,12 +5,31 @@ from __future__ import annotations
 import base64
 import io
 import socket
+from typing import Any
 
 import fabric
 import paramiko
 
 from skyward_iac.api.errors import HostKeyMismatchError, NodeConnectionError
 from skyward_iac.infra.stack import NodeAddress
+
+#: Preferred first when the server offers them: AES-GCM is an AEAD cipher, so paramiko skips
+#: the separate HMAC pass over every packet (bulk transfers ~1.5x faster than aes128-ctr).
+FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+#: Channel receive window and packet size asked of the server for the agent tunnel: results of
+#: many megabytes flow without waiting for window adjustments every 2 MiB.
+TUNNEL_WINDOW = 16 << 20
+TUNNEL_MAX_PACKET = 32768
+
+
+def fast_transport(*args: Any, **kwargs: Any) -> paramiko.Transport:
+    """A paramiko ``Transport`` that prefers AES-GCM, falling back to its usual order."""
+    transport = paramiko.Transport(*args, **kwargs)
+    options = transport.get_security_options()
+    usual = tuple(options.ciphers)
+    options.ciphers = (tuple(c for c in FAST_CIPHERS if c in usual)
+                       + tuple(c for c in usual if c not in FAST_CIPHERS))
+    return transport
 
 
 def known_hosts_name(address: str, port: int) -> str:
@@ -32,6 +51,7 @@ def connect(node: NodeAddress, private_key_pem: str, timeout: float) -> fabric.C
         connect_kwargs={
             "pkey": pkey, "look_for_keys": False, "allow_agent": False,
             "banner_timeout": timeout, "auth_timeout": timeout, "channel_timeout": timeout,
+            "transport_factory": fast_transport,
         },
     )
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -65,6 +85,7 @@ def connect(node: NodeAddress, private_key_pem: str, timeout: float) -> fabric.C
 def open_tunnel(conn: fabric.Connection, port: int, timeout: float) -> paramiko.Channel:
     """A direct-tcpip channel to ``127.0.0.1:port`` on the node (the agent)."""
     channel = conn.transport.open_channel(
-        "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout
+        "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout,
+        window_size=TUNNEL_WINDOW, max_packet_size=TUNNEL_MAX_PACKET,
     )
     return channel

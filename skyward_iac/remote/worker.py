@@ -1,29 +1,39 @@
 """A worker process on a node: runs the tasks its agent hands it and streams their output.
 
-Started by the agent as ``python -m skyward_iac.remote.worker --fd N [--once]`` with one end of
-a socket pair. Tasks run in threads; the agent decides how many run at once. If a task kills
-this process (``os._exit``, a signal, the OOM killer) only this process dies: the agent reports
-the task as failed and starts a new worker.
+Started by the agent as ``python -m skyward_iac.remote.worker --fd N [--slots K]
+[--counter-fd C] [--once]`` with one end of a socket pair. ``K`` runner threads take tasks from
+a local FIFO queue (the agent may send tasks ahead of free slots, so a busy worker never waits
+for its agent between short tasks). Before a task starts, the count of tasks taken from the
+queue is written to the shared counter ``C``: if a task kills this process (``os._exit``, a
+signal, the OOM killer), the agent reads it to tell the tasks that were running (they failed)
+from those that never started (they go to the next worker). Results of a busy worker go back in
+batches, at most ``Outbox.MAX_DELAY`` late.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import mmap
 import os
+import select
 import socket
+import struct
 import sys
 import threading
+import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TextIO
 
-import cloudpickle
-
 from skyward_iac.api.runtime import InstanceInfo, bind_instance
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Configure, Failure, Output, Result, Task
+from skyward_iac.remote.protocol import Cancel, Configure, Failure, Output, Result, Task
+
+#: The shared counter's layout: tasks taken from the queue so far (started or skipped).
+COUNTER = struct.Struct("Q")
 
 current_task: ContextVar[int | None] = ContextVar("skyward_current_task", default=None)
 
@@ -31,8 +41,9 @@ current_task: ContextVar[int | None] = ContextVar("skyward_current_task", defaul
 def describe_failure(exc: BaseException) -> Failure:
     """Capture an exception for the client: pickled when possible, always with its traceback."""
     try:
-        pickled: bytes | None = protocol.dumps(exc)
-        cloudpickle.loads(pickled)  # some exceptions pickle but cannot be rebuilt
+        dumped = protocol.dumps(exc)
+        protocol.loads(dumped)  # some exceptions pickle but cannot be rebuilt
+        pickled: bytes | None = dumped
     except Exception:
         pickled = None
     kind = type(exc)
@@ -47,12 +58,13 @@ def describe_failure(exc: BaseException) -> Failure:
 def run_task(task: Task) -> Result:
     """Unpickle and call a task's function; never raises."""
     try:
-        fn, args, kwargs = cloudpickle.loads(task.payload)
+        fn, args, kwargs = protocol.loads(task.payload, task.buffers)
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
         return Result(task.task_id, failure=describe_failure(exc))
     try:
-        return Result(task.task_id, value=protocol.dumps(value))
+        payload, buffers = protocol.dumps_with_buffers(value)
+        return Result(task.task_id, value=payload, buffers=buffers)
     except Exception as exc:
         wrapped = TypeError(f"the result of {task.name} cannot be pickled: {exc}")
         return Result(task.task_id, failure=describe_failure(wrapped))
@@ -71,13 +83,165 @@ class Channel:
             protocol.send(self.sock, frames)
 
 
+class Outbox:
+    """Messages for the agent, in order. An urgent message goes at once with everything queued
+    before it; others wait up to ``MAX_DELAY`` (or until ``MAX_BATCH``) to share a frame."""
+
+    MAX_BATCH = 256
+    MAX_DELAY = 0.001
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.cond = threading.Condition()
+        self.items: list[Any] = []
+        self.first_at = 0.0
+        # Held from taking a batch to finishing its send, so batches leave in the order taken.
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._flush_late, name="outbox", daemon=True).start()
+
+    def send(self, message: object, urgent: bool = True) -> None:
+        with self.cond:
+            self.items.append(message)
+            if not urgent and len(self.items) < self.MAX_BATCH:
+                if len(self.items) == 1:
+                    self.first_at = time.monotonic()
+                    self.cond.notify()
+                return
+            self._take_and_send()
+
+    def _take_and_send(self) -> None:
+        # Called with ``cond`` held; releases it before the write.
+        items, self.items = self.items, []
+        self.send_lock.acquire()
+        self.cond.release()
+        try:
+            if items:
+                self.channel.send(protocol.batched(items))
+        finally:
+            self.send_lock.release()
+            self.cond.acquire()
+
+    def _flush_late(self) -> None:
+        with self.cond:
+            while True:
+                if not self.items:
+                    self.cond.wait()
+                    continue
+                late = self.first_at + self.MAX_DELAY - time.monotonic()
+                if late > 0:
+                    self.cond.wait(late)
+                    continue
+                try:
+                    self._take_and_send()
+                except OSError:
+                    os._exit(0)  # the agent is gone
+
+
+class Runner:
+    """Runs queued tasks in FIFO order: ``slots`` threads, or, with one slot, the thread that
+    reads the agent's frames (``inline``): a lone task then starts with no thread hand-off."""
+
+    def __init__(self, slots: int, outbox: Outbox, streams: list[TaskStream],
+                 counter: mmap.mmap | None, once: bool) -> None:
+        self.slots = slots
+        self.inline = slots == 1
+        self.outbox = outbox
+        self.streams = streams
+        self.counter = counter
+        self.once = once
+        self.cond = threading.Condition()
+        self.queue: deque[Task] = deque()
+        self.taken = 0
+        self.running: set[int] = set()
+        self.cancelled: set[int] = set()
+        self.abandoned: set[int] = set()
+        self.threads = 0
+
+    def add(self, tasks: list[Task]) -> None:
+        """Queue tasks (inline, ``run_inline`` runs them)."""
+        with self.cond:
+            self.queue.extend(tasks)
+            if not self.inline:
+                self._start_threads()
+                self.cond.notify(len(tasks))
+
+    def run_inline(self, between: Callable[[], None]) -> None:
+        """Inline only: run queued tasks until none is left, calling ``between`` after each
+        (it reads frames that arrived meanwhile, so a cancel reaches tasks still queued)."""
+        while (task := self._next(wait=False)) is not None:
+            self._execute(task)
+            between()
+
+    def cancel(self, task_id: int) -> None:
+        """A queued task is skipped; a running one keeps its thread, and another thread takes
+        its slot (Python cannot stop a thread)."""
+        with self.cond:
+            if task_id in self.running:
+                self.running.discard(task_id)
+                self.abandoned.add(task_id)
+                self._start_threads()
+            elif any(task.task_id == task_id for task in self.queue):
+                self.cancelled.add(task_id)
+
+    def _start_threads(self) -> None:
+        while self.threads < self.slots + len(self.abandoned):
+            self.threads += 1
+            threading.Thread(target=self._loop, name="task", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            task = self._next(wait=True)
+            if task is not None and self._execute(task):
+                return  # another thread took this slot when the task was abandoned
+
+    def _next(self, wait: bool) -> Task | None:
+        """The next task to run, counted as taken before it starts; cancelled ones are
+        skipped (and counted too, so the count stays a prefix of the agent's order)."""
+        with self.cond:
+            while True:
+                if not self.queue:
+                    if not wait:
+                        return None
+                    self.cond.wait()
+                    continue
+                task = self.queue.popleft()
+                self.taken += 1
+                if self.counter is not None:
+                    COUNTER.pack_into(self.counter, 0, self.taken)
+                if task.task_id in self.cancelled:
+                    self.cancelled.discard(task.task_id)
+                    continue
+                self.running.add(task.task_id)
+                return task
+
+    def _execute(self, task: Task) -> bool:
+        """Run one task and send its result; True when this thread should retire."""
+        token = current_task.set(task.task_id)
+        result = run_task(task)
+        current_task.reset(token)
+        for stream in self.streams:
+            stream.flush_task(task.task_id)
+        with self.cond:
+            self.running.discard(task.task_id)
+            retire = task.task_id in self.abandoned
+            self.abandoned.discard(task.task_id)
+            idle = not self.queue
+            if retire:
+                self.threads -= 1
+        # A busy worker's results share frames; the last one before going idle goes at once.
+        self.outbox.send(result, urgent=idle or self.once)
+        if self.once:
+            os._exit(0)
+        return retire
+
+
 class TaskStream(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` of a worker: text written by a task goes to the client,
     line by line, tagged with the task; anything else goes to the original stream (the log)."""
 
-    def __init__(self, name: str, channel: Channel, fallback: TextIO) -> None:
+    def __init__(self, name: str, outbox: Outbox, fallback: TextIO) -> None:
         self.name = name
-        self.channel = channel
+        self.outbox = outbox
         self.fallback = fallback
         self.pending: dict[int, str] = {}
         self.lock = threading.Lock()
@@ -94,7 +258,7 @@ class TaskStream(io.TextIOBase):
             head, newline, tail = buffered.rpartition("\n")
             self.pending[task_id] = tail
         if newline:
-            self.channel.send(Output(task_id, self.name, head + newline))
+            self.outbox.send(Output(task_id, self.name, head + newline), urgent=False)
         return len(text)
 
     def flush_task(self, task_id: int) -> None:
@@ -102,7 +266,7 @@ class TaskStream(io.TextIOBase):
         with self.lock:
             rest = self.pending.pop(task_id, "")
         if rest:
-            self.channel.send(Output(task_id, self.name, rest))
+            self.outbox.send(Output(task_id, self.name, rest), urgent=False)
 
     def flush(self) -> None:
         self.fallback.flush()
@@ -111,38 +275,52 @@ class TaskStream(io.TextIOBase):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--slots", type=int, default=1, help="tasks running at once")
+    parser.add_argument("--counter-fd", type=int, help="shared counter of tasks taken")
     parser.add_argument("--once", action="store_true", help="exit after one task")
     args = parser.parse_args(argv)
 
     channel = Channel(socket.socket(fileno=args.fd))
-    streams = [TaskStream("stdout", channel, sys.stdout), TaskStream("stderr", channel, sys.stderr)]
+    outbox = Outbox(channel)
+    streams = [TaskStream("stdout", outbox, sys.stdout), TaskStream("stderr", outbox, sys.stderr)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
-    # The agent admits tasks; this pool only needs room for them (and for abandoned ones).
-    threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="task")
+    counter = None
+    if args.counter_fd is not None:
+        counter = mmap.mmap(args.counter_fd, COUNTER.size)
+    runner = Runner(args.slots, outbox, streams, counter, args.once)
 
-    def execute(task: Task) -> None:
-        current_task.set(task.task_id)
-        result = run_task(task)
-        for stream in streams:
-            stream.flush_task(task.task_id)
-        channel.send(result)
-        if args.once:
-            os._exit(0)
-
-    while True:
+    def receive() -> None:
         try:
-            message: Any = protocol.read_message(channel.sock)
+            frame: Any = protocol.read_message(channel.sock)
         except (protocol.ConnectionClosed, OSError):
             os._exit(0)  # the agent is gone
-        if isinstance(message, Configure):
-            bind_instance(InstanceInfo(**message.instance))
-            if message.collections is not None:
-                # Imported only here: the etcd client (gRPC) is not needed without collections.
-                from skyward_iac.collections import connect, set_process_default
+        tasks = []
+        for message in protocol.unbatch(frame):
+            if isinstance(message, Task):
+                tasks.append(message)
+            elif isinstance(message, Cancel):
+                if tasks:  # a cancel must see the tasks sent before it
+                    runner.add(tasks)
+                    tasks = []
+                runner.cancel(message.task_id)
+            elif isinstance(message, Configure):
+                bind_instance(InstanceInfo(**message.instance))
+                if message.collections is not None:
+                    # Imported only here: the etcd client (gRPC) is not needed without collections.
+                    from skyward_iac.collections import connect, set_process_default
 
-                set_process_default(connect(message.collections))
-        elif isinstance(message, Task):
-            threads.submit(execute, message)
+                    set_process_default(connect(message.collections))
+        if tasks:
+            runner.add(tasks)
+
+    def receive_pending() -> None:
+        while select.select([channel.sock], [], [], 0)[0]:
+            receive()
+
+    while True:
+        receive()
+        if runner.inline:
+            runner.run_inline(receive_pending)
 
 
 if __name__ == "__main__":

@@ -188,3 +188,47 @@ def test_a_node_killed_during_a_map_is_replaced_and_every_result_is_right() -> N
         assert "InstancePreempted" in kinds and "InstanceReplaced" in kinds
         info = pool.run(sky.function(lambda: sky.instance_info().peers)(), target=0)
         assert info[1].private_ip == pool.nodes[1].address.private_address  # peers were updated
+
+
+def test_an_elastic_pool_grows_under_a_burst_and_shrinks_when_idle() -> None:
+    import skyward_iac as sky
+
+    def nap(seconds: float) -> int:
+        import time
+
+        time.sleep(seconds)
+        return sky.instance_info().total_nodes  # type: ignore[union-attr]
+
+    options = sky.Options(autoscale_cooldown=0.5, autoscale_idle_timeout=2,
+                          reconcile_tick_interval=0.3)
+    with sky.Compute(provider=sky.Local(), nodes=sky.Nodes(desired=1, max=3),
+                     options=options) as pool:
+        assert pool.current_nodes() == 1
+        sizes: list[int] = []
+        sampler_done = threading.Event()
+
+        def sample() -> None:
+            while not sampler_done.is_set():
+                sizes.append(pool.current_nodes())
+                time.sleep(0.1)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        totals = pool.map(lambda _: nap(1.5), range(12))
+        assert max(sizes) == 3, sizes
+        assert max(totals) == 3  # tasks saw the grown pool through instance_info
+        deadline = time.monotonic() + 60
+        while pool.current_nodes() > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sampler_done.set()
+        sampler.join()
+        assert pool.current_nodes() == 1, "the idle pool did not shrink to its floor"
+        # Nodes leave service first; the stack update that deletes them follows.
+        while ClusterStack.select(pool.stack_name).resource_count() != 3 and \
+                time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ClusterStack.select(pool.stack_name).resource_count() == 3  # creds, pki, 1 node
+        stack = pool.stack_name
+    kinds = [u.message for u in ClusterStack.select(stack).history()]
+    assert any("resize 1 -> 3" in (m or "") or "resize 1 -> 2" in (m or "") for m in kinds), kinds
+    assert any("-> 1 nodes" in (m or "") for m in kinds), kinds

@@ -6,9 +6,8 @@ and other OS processes (spawned, and one forked) act as the other nodes of a poo
 
 from __future__ import annotations
 
-import contextvars
-
 import asyncio
+import contextvars
 import itertools
 import json
 import multiprocessing as mp

@@ -16,6 +16,7 @@ EXPECTED = {
     "broadcast_shard.py": "total: 499500 (expected: 499500)",
     "async_tasks.py": "on the head node: 285",
     "shared_state.py": "processed: 60 of 60",
+    "storage_checkpoint.py": "checkpoints downloaded: 2 of 2",
 }
 
 

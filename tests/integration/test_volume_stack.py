@@ -14,7 +14,8 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.api.volumes import VolumeKeys, keys_from_outputs
 from skyward_iac.infra import home
-from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.programs import ClusterRequest
+from skyward_iac.infra.programs.exports import volume_exports
 from skyward_iac.infra.stack import PROJECT, _workspace_options
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def test_volume_keys_are_encrypted_in_the_stack_state() -> None:
                            volume_keys=keys)
 
     def program() -> None:
-        for name, value in common.volume_exports(request).items():
+        for name, value in volume_exports(request).items():
             pulumi.export(name, value)
 
     stack = auto.create_stack(request.stack_name, project_name=PROJECT, program=program,

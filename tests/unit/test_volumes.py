@@ -27,8 +27,9 @@ from skyward_iac.api.volumes import (
     mount_kind,
     volume_keys,
 )
-from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program, s3_volume_policy
+from skyward_iac.infra.programs.exports import volume_exports
 from skyward_iac.infra.programs.gcp import (
     OBJECT_USER,
     OBJECT_VIEWER,
@@ -397,12 +398,12 @@ def test_keyed_volumes_export_their_keys_as_a_secret() -> None:
     keys = {0: VolumeKeys("r2-key", "r2-secret")}
     _, exports = run_aws([Volume("other", "/other", storage=R2)], keys=keys)
     assert exports["volume_keys"] == {"0": {"access_key": "r2-key", "secret_key": "r2-secret"}}
-    assert common.volume_exports(ClusterRequest("x", sky.Spec(provider=sky.Local()), 1)) == {}
+    assert volume_exports(ClusterRequest("x", sky.Spec(provider=sky.Local()), 1)) == {}
     request = KeyedRequest("x", sky.Spec(provider=sky.Local()), 1, volume_keys=keys)
     loop = asyncio.new_event_loop()
     try:
         asyncio.set_event_loop(loop)  # Output.secret schedules its work on the current loop
-        output = common.volume_exports(request)["volume_keys"]
+        output = volume_exports(request)["volume_keys"]
         assert loop.run_until_complete(output.is_secret()) is True
     finally:
         asyncio.set_event_loop(None)

@@ -7,8 +7,8 @@ workdir}``), ``ssh_private_key`` and ``agent_token`` (secrets).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import Spec
 
 if TYPE_CHECKING:
+    from skyward_iac.api.volumes import VolumeKeys
     from skyward_iac.infra.offers import Market, Offer
 
 
@@ -40,6 +41,8 @@ class ClusterRequest:
     max_lifetime: int | None = None
     created_at: datetime | None = None
     collections: bool = True
+    #: Resolved keys of keyed volumes by volume index; exported as a stack secret.
+    volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict, repr=False)
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:

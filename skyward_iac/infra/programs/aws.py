@@ -20,12 +20,11 @@ import pulumi_aws as aws
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
-from skyward_iac.infra.programs.exports import cluster_exports
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.programs import common
+from skyward_iac.infra.programs import ClusterRequest, common
 from skyward_iac.infra.programs.aws_network import Network, cluster_network
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
+from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 from skyward_iac.infra.programs.host_key import node_boot
 
 CANONICAL = "099720109477"  # Ubuntu's publisher account
@@ -84,7 +83,7 @@ def aws_program(request: ClusterRequest,
                                            ssh_cidr_lookup)
         use_default_vpc = bool(getattr(provider_config, "use_default_vpc", True))
         exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc)
-        common.export_cluster({**exports, **common.volume_exports(request)})
+        common.export_cluster({**exports, **volume_exports(request)})
 
     return program
 

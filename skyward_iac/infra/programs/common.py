@@ -21,9 +21,7 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.volumes import (
     MountKind,
     Volume,
-    VolumeKeys,
     check_volumes,
-    keys_for_outputs,
     mount_kind,
 )
 from skyward_iac.infra.offers import Market, Offer, market_for, select
@@ -109,19 +107,6 @@ def identity_volumes(request: ClusterRequest) -> tuple[Volume, ...]:
     check_volumes(volumes, provider)
     identity: dict[str, MountKind] = {"aws": "aws-role", "gcp": "gcp-service-account"}
     return tuple(v for v in volumes if identity.get(provider) == mount_kind(v, provider))
-
-
-def volume_exports(request: ClusterRequest) -> dict[str, Any]:
-    """``volume_keys``: the resolved keys of keyed volumes, as a Pulumi secret output.
-
-    The keys come from ``request.volume_keys`` (resolved on the client before ``up``); as a
-    secret they are stored encrypted in the stack's state and read back by the bootstrap,
-    which writes them to 0600 files on the nodes. Nothing is exported without keyed volumes.
-    """
-    keys: Mapping[int, VolumeKeys] = getattr(request, "volume_keys", None) or {}
-    if not keys:
-        return {}
-    return {"volume_keys": pulumi.Output.secret(keys_for_outputs(keys))}
 
 
 def check_disk(plan: ClusterPlan, image_min_gb: int, image: str) -> None:

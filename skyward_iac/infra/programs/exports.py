@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pulumi
+
+from skyward_iac.api.volumes import VolumeKeys, keys_for_outputs
 from skyward_iac.infra.cluster_pki import ClusterPKI
 from skyward_iac.infra.credentials import StackCredentials
+from skyward_iac.infra.programs import ClusterRequest
 
 
 def cluster_exports(stack_name: str, collections: bool, credentials: StackCredentials,
@@ -29,3 +33,16 @@ def cluster_exports(stack_name: str, collections: bool, credentials: StackCreden
             "client_key_pem": pki.client_key_pem,
         }
     return exports
+
+
+def volume_exports(request: ClusterRequest) -> dict[str, Any]:
+    """``volume_keys``: the resolved keys of keyed volumes, as a Pulumi secret output.
+
+    The keys come from ``request.volume_keys`` (resolved on the client before ``up``); as a
+    secret they are stored encrypted in the stack's state and read back by the bootstrap,
+    which writes them to 0600 files on the nodes. Nothing is exported without keyed volumes.
+    """
+    keys: Mapping[int, VolumeKeys] = getattr(request, "volume_keys", None) or {}
+    if not keys:
+        return {}
+    return {"volume_keys": pulumi.Output.secret(keys_for_outputs(keys))}

@@ -19,11 +19,11 @@ from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
-from skyward_iac.infra.programs.exports import cluster_exports
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, common
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
+from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 from skyward_iac.infra.programs.host_key import node_boot
 
 SUBNET_CIDR = "10.42.0.0/20"
@@ -108,7 +108,7 @@ def gcp_program(request: ClusterRequest,
         ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
                                            ssh_cidr_lookup)
         exports = declare_cluster(plan, image, zone, project, ssh_cidr)
-        common.export_cluster({**exports, **common.volume_exports(request)})
+        common.export_cluster({**exports, **volume_exports(request)})
 
     return program
 

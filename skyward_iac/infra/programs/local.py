@@ -10,7 +10,7 @@ from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.home import local_nodes_dir
 from skyward_iac.infra.local_node import LocalNode
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.programs.exports import cluster_exports
+from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 
 
 def local_program(request: ClusterRequest) -> Callable[[], None]:
@@ -34,7 +34,10 @@ def local_program(request: ClusterRequest) -> Callable[[], None]:
                 "host_key": node.host_key,
                 "workdir": node.workdir,
             })
-        exports = cluster_exports(request.stack_name, request.collections, credentials, nodes)
+        exports = {
+            **cluster_exports(request.stack_name, request.collections, credentials, nodes),
+            **volume_exports(request),
+        }
         for name, value in exports.items():
             pulumi.export(name, value)
 
