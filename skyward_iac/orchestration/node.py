@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ from skyward_iac.infra.stack import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
-from skyward_iac.remote.volumes import MountPlan
+from skyward_iac.remote.volumes import MountPlan, unmount_script
+
+log = logging.getLogger("skyward")
 
 
 def plan_for(address: NodeAddress, spec: Spec, options: Options,
@@ -54,6 +57,7 @@ class Node:
     address: NodeAddress
     connection: fabric.Connection
     agent: AgentClient
+    plan: BootstrapPlan | None = None
 
     @classmethod
     def start(cls, address: NodeAddress, outputs: ClusterOutputs, plan: BootstrapPlan,
@@ -67,7 +71,7 @@ class Node:
             port = bootstrap(connection, plan, outputs.agent_token)
             channel = ssh.open_tunnel(connection, port, ssh_timeout)
             agent = AgentClient(channel, outputs.agent_token, address.index, on_output, on_lost)
-            node = cls(address, connection, agent)
+            node = cls(address, connection, agent, plan)
             node.configure(instance, collections)
         except BaseException:
             connection.close()
@@ -80,8 +84,18 @@ class Node:
         self.agent.configure(instance.model_dump(exclude=computed), collections)
 
     def close(self) -> None:
-        """Close the agent channel and the SSH connection (the node itself keeps running)."""
+        """Close the agent channel, unmount the node's volumes (so buffered writes reach the
+        bucket before the node goes away), and close the SSH connection."""
         try:
             self.agent.close()
+            if self.plan is not None and self.plan.volumes.unmount:
+                result = self.connection.run(
+                    unmount_script(self.plan.volumes, self.address.workdir), hide=True,
+                    warn=True, timeout=60, in_stream=False)
+                if result.exited != 0:
+                    log.warning("node %d: unmounting volumes failed (%s): %s",
+                                self.address.index, result.exited, result.stderr.strip()[-300:])
+        except Exception as exc:  # noqa: BLE001 - the node is going away anyway
+            log.warning("node %d: unmounting volumes failed: %s", self.address.index, exc)
         finally:
             self.connection.close()
