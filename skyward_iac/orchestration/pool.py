@@ -205,6 +205,7 @@ class Pool:
         with self._wakeup:
             if node.address.index != len(self.nodes):
                 raise ValueError(f"node {node.address.index} is not the next index")
+            node.agent.on_results = self._slots_freed  # its results wake the dispatcher too
             self.nodes.append(node)
             self._placing.append(0)
             self._wakeup.notify_all()
