@@ -10,6 +10,9 @@ import pytest
 
 from skyward_iac.infra import engine
 
+#: The local S3 server fixtures (``server``, ``storage``) for the storage and volume tests.
+pytest_plugins = ["tests.s3_server"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def skyward_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -18,6 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pytest
+
+from skyward_iac.api.storage import Storage
+
 ACCESS_KEY = "skyward-test-access"
 SECRET_KEY = "skyward-test-secret-0123456789"
 
@@ -78,3 +82,17 @@ def s3_server(host: str = "127.0.0.1", timeout: float = 30.0,
             process.wait()
         if process.stderr:
             process.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[S3Server]:
+    """A real local S3-compatible server for the session (imported by the tests that use it)."""
+    with s3_server() as running:
+        yield running
+
+
+@pytest.fixture()
+def storage(server: S3Server) -> Storage:
+    """A Storage client for ``server`` with its keys."""
+    return Storage(server.endpoint, access_key=server.access_key, secret_key=server.secret_key,
+                   path_style=True)

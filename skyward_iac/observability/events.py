@@ -261,8 +261,8 @@ class StackProgress(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class StackPreviewed(Event):
-    """A preview finished: resources per operation it would perform."""
+class StackChanges(Event):
+    """A stack operation finished: resources per operation (``{"create": 3, "same": 1}``)."""
 
     stack: str
     changes: Mapping[str, int]
@@ -270,22 +270,18 @@ class StackPreviewed(Event):
 
     @property
     def resources(self) -> int:
-        """How many resources the stack would hold (everything but deletes)."""
+        """How many resources the stack holds (or would hold) afterwards: all but deletes."""
         return sum(n for op, n in self.changes.items() if op != "delete")
 
 
 @dataclass(frozen=True, slots=True)
-class StackUpdated(Event):
-    """An ``up`` finished: resources per operation (``{"create": 3, "same": 1}``)."""
+class StackPreviewed(StackChanges):
+    """A preview finished: what an ``up`` would change."""
 
-    stack: str
-    changes: Mapping[str, int]
-    duration: float = 0.0
 
-    @property
-    def resources(self) -> int:
-        """Resources the stack holds after the update."""
-        return sum(n for op, n in self.changes.items() if op != "delete")
+@dataclass(frozen=True, slots=True)
+class StackUpdated(StackChanges):
+    """An ``up`` finished: what it changed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ import hashlib
 import logging
 import os
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -20,21 +19,12 @@ from skyward_iac.api.errors import (
     StorageError,
 )
 from skyward_iac.api.storage import MiB, Storage
-from tests.s3_server import S3Server, s3_server
+from tests.s3_server import (  # noqa: F401 - shared pytest fixtures
+    S3Server,
+    s3_server,
+)
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def server() -> Iterator[S3Server]:
-    with s3_server() as running:
-        yield running
-
-
-@pytest.fixture()
-def storage(server: S3Server) -> Storage:
-    return Storage(server.endpoint, access_key=server.access_key, secret_key=server.secret_key,
-                   path_style=True)
 
 
 @pytest.fixture()

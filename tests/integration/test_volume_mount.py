@@ -24,7 +24,10 @@ from skyward_iac.api.storage import Storage
 from skyward_iac.api.volumes import Volume, volume_keys
 from skyward_iac.processes import is_alive
 from skyward_iac.remote.volumes import MountPlan, mount_plan, mount_script, unmount_script
-from tests.s3_server import S3Server, s3_server
+from tests.s3_server import (  # noqa: F401 - shared pytest fixtures
+    S3Server,
+    s3_server,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -33,18 +36,6 @@ pytestmark = [
                        reason="s3fs is not installed (apt-get install s3fs; scripts/setup does)"),
     pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse on this machine"),
 ]
-
-
-@pytest.fixture(scope="session")
-def server() -> Iterator[S3Server]:
-    with s3_server() as running:
-        yield running
-
-
-@pytest.fixture()
-def storage(server: S3Server) -> Storage:
-    return Storage(server.endpoint, access_key=server.access_key, secret_key=server.secret_key,
-                   path_style=True)
 
 
 def make_bucket(storage: Storage) -> str:
