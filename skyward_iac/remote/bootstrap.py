@@ -62,6 +62,9 @@ class BootstrapPlan:
     sandbox: str | None = None
     #: Bucket volumes to mount before the agent starts (its tasks see them).
     volumes: MountPlan = field(default_factory=MountPlan)
+    #: Extra named shell steps (plugins' bootstrap ops): ``(name, command)``, run in order after
+    #: the packages and the project are installed, before the agent starts.
+    steps: tuple[tuple[str, str], ...] = ()
     timeout: float = 300.0
 
 
@@ -111,6 +114,7 @@ def script(plan: BootstrapPlan) -> str:
         'SITE=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")',
         'echo "$W/lib" > "$SITE/skyward_project.pth"',
         'touch "$W/heartbeat"',
+        *(line for name, command in plan.steps for line in (f"step {q(name)}", command)),
         *_watchdog_lines(plan),
         *_etcd_lines(plan),
         *(['step "volumes"', *plan.volumes.mount] if plan.volumes.mount else []),
