@@ -1,4 +1,5 @@
-"""``skyward-iac offers``: the catalog's offers that match a request, cheapest first."""
+"""``skyward-iac offers``: the catalog's offers that match a request, cheapest first;
+``skyward-iac offers refresh``: rebuild the catalog from the live pricing APIs."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def add_parser(commands: Any) -> None:
     """Register ``offers`` on the root parser's sub-commands."""
     parser = commands.add_parser(
         "offers", help="instance types that match a request, sorted by price",
-        description="List the offers of the packaged catalog that serve a request, cheapest "
-                    "USD per node-hour first. Prices are catalog figures, not live quotes.",
+        description="List the offers of the catalog that serve a request, cheapest USD per "
+                    "node-hour first. Prices are catalog figures (the shipped catalog, or the one "
+                    "`offers refresh` wrote when it is newer), not live quotes.",
     )
     parser.add_argument("--provider", choices=offers.CLOUDS,
                         help="one cloud only (default: aws and gcp)")
@@ -31,6 +33,20 @@ def add_parser(commands: Any) -> None:
                         help="show only the N cheapest")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(run=run, parser=parser)
+    actions = parser.add_subparsers(dest="offers_action", metavar="ACTION")
+    refresh = actions.add_parser(
+        "refresh", help="rebuild the catalog from the live pricing APIs (needs credentials)",
+        description="Price the catalog's instance types from the live APIs (AWS: Price List "
+                    "and spot price history; GCP: Cloud Billing Catalog) and store the result in "
+                    "$SKYWARD_HOME/catalog/<provider>.json; `offers` and pools use it while it "
+                    "is newer than the shipped catalog.",
+    )
+    refresh.add_argument("--provider", choices=offers.CLOUDS,
+                         help="one cloud only (default: aws and gcp)")
+    refresh.add_argument("--region", action="append", metavar="REGION",
+                         help="price in this region only (repeatable; default: the regions the "
+                              "shipped catalog lists for each type)")
+    refresh.set_defaults(run=run_refresh)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,9 +66,13 @@ def run(args: argparse.Namespace) -> int:
     choices.sort(key=lambda c: (c.hourly, c.offer.provider, c.offer.instance_type,
                                 c.offer.region))
     shown = choices[: args.limit] if args.limit else choices
-    as_of = {p: offers.packaged_catalog(p).as_of for p in providers}
+    catalogs = {p: offers.current_catalog(p) for p in providers}
     if args.json:
-        print(json.dumps({"offers": [_row(c) for c in shown], "catalog_as_of": as_of}, indent=2))
+        print(json.dumps({
+            "offers": [_row(c) for c in shown],
+            "catalog_as_of": {p: c.as_of for p, c in catalogs.items()},
+            "catalog_origin": {p: c.origin for p, c in catalogs.items()},
+        }, indent=2))
         return 0
     print(f"{'PROVIDER':<8} {'INSTANCE TYPE':<22} {'REGION':<16} {'ACCELERATOR':<16} "
           f"{'VCPU':>5} {'MEM GB':>7} {'MARKET':<9} {'USD/H':>9}")
@@ -64,8 +84,22 @@ def run(args: argparse.Namespace) -> int:
               f"{accel:<16} {row['vcpus']:>5g} {row['memory_gb']:>7g} {row['market']:<9} "
               f"{row['hourly_usd']:>9.4f}")
     more = f" (showing {len(shown)})" if len(shown) < len(choices) else ""
-    dates = ", ".join(f"{p} {d}" for p, d in as_of.items())
-    print(f"{len(choices)} offer(s){more}; catalog prices as of {dates}, not live quotes")
+    used = "; ".join(c.describe() for c in catalogs.values())
+    print(f"{len(choices)} offer(s){more}; catalog prices as of {used}; not live quotes")
+    return 0
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    """Rebuild and store the catalogs; exit code 1 (nothing written) without credentials."""
+    from skyward_iac.infra import pricing
+
+    providers = [args.provider] if args.provider else list(offers.CLOUDS)
+    for done in pricing.refresh(providers, args.region):
+        data, skipped = done.catalog.data, done.catalog.unpriced
+        print(f"{data['provider']}: {len(data['instances'])} instance type(s), "
+              f"{done.catalog.prices} region price(s) as of {data['as_of']} -> {done.path}")
+        if skipped:
+            print(f"  without a live price (left out): {', '.join(skipped)}")
     return 0
 
 

@@ -2,14 +2,17 @@
 
 The catalog ships with the package (``infra/catalog/<provider>.json``, dated by its ``as_of``):
 instance type -> accelerator type/count/memory, vCPUs, RAM, architecture and per-region
-on-demand and spot USD/hour. Everything here is pure over that data, so a request nothing
-matches fails before anything is provisioned, naming the constraint that emptied the list.
+on-demand and spot USD/hour. ``skyward-iac offers refresh`` writes a catalog rebuilt from the
+live pricing APIs to ``$SKYWARD_HOME/catalog/<provider>.json``; ``current_catalog()`` uses whichever
+of the two is newer. Selection is pure over that data, so a request nothing matches fails
+before anything is provisioned, naming the constraint that emptied the list.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -19,9 +22,12 @@ from typing import Any, Literal
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import AllocationStrategy, SelectionStrategy, Spec
+from skyward_iac.infra import home
 
 Market = Literal["spot", "on-demand"]
 CLOUDS = ("aws", "gcp")
+#: ``Catalog.origin`` of the catalog shipped with the package.
+SHIPPED = "shipped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,21 +64,33 @@ class Catalog:
     as_of: str
     source: str
     offers: tuple[Offer, ...]
+    #: ``SHIPPED`` for the packaged catalog, else the path of the refreshed file.
+    origin: str = SHIPPED
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Catalog:
+    def from_dict(cls, data: dict[str, Any], origin: str = SHIPPED) -> Catalog:
         """Parse the JSON catalog format (see ``infra/catalog/aws.json``)."""
         provider = data["provider"]
         offers = tuple(
             _offer(provider, row, region, prices)
             for row in data["instances"] for region, prices in row["regions"].items()
         )
-        return cls(provider, data["as_of"], data["source"], offers)
+        return cls(provider, data["as_of"], data["source"], offers, origin)
 
     @classmethod
     def from_file(cls, path: Path) -> Catalog:
         """A catalog from a JSON file (for example a refreshed copy)."""
-        return cls.from_dict(json.loads(path.read_text()))
+        return cls.from_dict(json.loads(path.read_text()), origin=str(path))
+
+    @property
+    def refreshed(self) -> bool:
+        """True when the figures come from ``skyward-iac offers refresh``, not the package."""
+        return self.origin != SHIPPED
+
+    def describe(self) -> str:
+        """Where the figures come from, e.g. ``aws 2025-06 (shipped)``."""
+        where = f"refreshed, {self.origin}" if self.refreshed else SHIPPED
+        return f"{self.provider} {self.as_of} ({where})"
 
 
 def _offer(provider: str, row: dict[str, Any], region: str, prices: dict[str, Any]) -> Offer:
@@ -94,12 +112,64 @@ def _offer(provider: str, row: dict[str, Any], region: str, prices: dict[str, An
 
 
 @functools.cache
-def packaged_catalog(provider: str) -> Catalog:
-    """The catalog shipped with the package for ``provider`` ("aws" or "gcp")."""
+def packaged_data(provider: str) -> dict[str, Any]:
+    """The shipped catalog of ``provider`` ("aws" or "gcp") as its JSON document."""
     if provider not in CLOUDS:
         raise ConfigError(f"there is no offer catalog for provider {provider!r}")
     text = resources.files("skyward_iac.infra").joinpath("catalog", f"{provider}.json").read_text()
-    return Catalog.from_dict(json.loads(text))
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+@functools.cache
+def packaged_catalog(provider: str) -> Catalog:
+    """The catalog shipped with the package for ``provider`` ("aws" or "gcp")."""
+    return Catalog.from_dict(packaged_data(provider))
+
+
+def refreshed_path(provider: str) -> Path:
+    """Where ``skyward-iac offers refresh`` keeps ``provider``'s catalog (it may not exist)."""
+    return home.skyward_home() / "catalog" / f"{provider}.json"
+
+
+def write_refreshed(data: dict[str, Any]) -> Path:
+    """Store a refreshed catalog document (checked by parsing it first) atomically."""
+    Catalog.from_dict(data)
+    path = refreshed_path(data["provider"])
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(data, indent=1) + "\n")
+    partial.replace(path)
+    return path
+
+
+@functools.cache
+def _read_refreshed(path: Path, mtime_ns: int) -> Catalog:  # mtime: a new file is read anew
+    try:
+        return Catalog.from_file(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"the refreshed offer catalog {path} is unreadable ({type(exc).__name__}: {exc}); "
+            "run `skyward-iac offers refresh` again or delete the file"
+        ) from None
+
+
+def _date_key(as_of: str) -> tuple[int, ...]:
+    """``as_of`` ("2025-06", "2026-11-22T08:00:00Z") as comparable numbers."""
+    return tuple(int(part) for part in re.findall(r"\d+", as_of))
+
+
+def current_catalog(provider: str) -> Catalog:
+    """The catalog offers are selected from: the refreshed one when it is newer than the
+    shipped one, else the shipped one (``Catalog.origin`` says which)."""
+    shipped = packaged_catalog(provider)
+    path = refreshed_path(provider)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return shipped
+    refreshed = _read_refreshed(path, mtime)
+    return refreshed if _date_key(refreshed.as_of) > _date_key(shipped.as_of) else shipped
 
 
 LOCAL_OFFER = Offer(provider="local", instance_type="local", region="local", vcpus=0,
@@ -156,7 +226,8 @@ def market_for(allocation: AllocationStrategy, offer: Offer) -> Market | None:
     if allocation == "spot-if-available":
         return "spot" if offer.spot is not None else (
             "on-demand" if offer.on_demand is not None else None)
-    prices = [(p, m) for m in ("spot", "on-demand") if (p := offer.price(m)) is not None]
+    markets: tuple[Market, ...] = ("spot", "on-demand")
+    prices = [(p, m) for m in markets if (p := offer.price(m)) is not None]
     return min(prices)[1] if prices else None
 
 
@@ -262,7 +333,7 @@ def matching(spec: Spec, catalog: Catalog | None = None) -> list[Choice]:
     kind = spec.provider.kind
     if kind == "local":
         return [Choice(spec, LOCAL_OFFER, "on-demand")]
-    catalog = catalog or packaged_catalog(kind)
+    catalog = catalog or current_catalog(kind)
     left = list(catalog.offers)
     applied: list[str] = []
     for constraint in _constraints(spec):

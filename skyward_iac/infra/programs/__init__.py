@@ -31,6 +31,8 @@ class ClusterRequest:
     cap on each node's life that the cloud enforces even if the node hangs; default: none) and
     ``created_at`` (stamps the ``expires_at`` tag; default: when the program is built).
     ``collections`` adds the etcd certificates (``ClusterPKI``) for the head node's etcd.
+    ``on_demand_nodes``: indexes of nodes that run on demand although the market is spot (the
+    cloud refused their spot launch; see ``infra/spot_fallback.py``).
     """
 
     stack_name: str
@@ -43,6 +45,7 @@ class ClusterRequest:
     collections: bool = True
     #: Resolved keys of keyed volumes by volume index; exported as a stack secret.
     volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict, repr=False)
+    on_demand_nodes: frozenset[int] = frozenset()
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:

@@ -57,9 +57,9 @@ def ami_query(offer: Offer) -> AmiQuery:
                     "-server-*", arch, 8)
 
 
-def market_options(plan: ClusterPlan) -> dict[str, Any] | None:
-    """``instance_market_options`` for a spot node, None on demand."""
-    if plan.market != "spot":
+def market_options(plan: ClusterPlan, node: int) -> dict[str, Any] | None:
+    """``instance_market_options`` for a spot node, None for one on demand."""
+    if plan.node_market(node) != "spot":
         return None
     spot: dict[str, Any] = {
         "spot_instance_type": "one-time",
@@ -129,7 +129,7 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
             placement_group=placement.name if placement else None,
             # The TTL watchdog powers the node off; AWS must then delete it, not keep it stopped.
             instance_initiated_shutdown_behavior="terminate",
-            instance_market_options=market_options(plan),
+            instance_market_options=market_options(plan, index),
             root_block_device={
                 "volume_size": plan.disk_gb, "volume_type": "gp3",
                 "delete_on_termination": True, "encrypted": True, "tags": tags,

@@ -55,6 +55,12 @@ class ClusterPlan:
     #: Volumes the nodes reach with their own cloud identity (AWS instance profile, GCP
     #: service account); the program grants that identity access to exactly these buckets.
     identity_volumes: tuple[Volume, ...] = ()
+    #: Nodes moved on demand after the cloud refused their spot launch (spot plans only).
+    on_demand_nodes: frozenset[int] = frozenset()
+
+    def node_market(self, index: int) -> Market:
+        """The market node ``index`` runs on."""
+        return "on-demand" if index in self.on_demand_nodes else self.market
 
 
 def plan_cluster(request: ClusterRequest) -> ClusterPlan:
@@ -91,6 +97,7 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
         placement=accelerated and request.node_count > 1,
         tags=resource_tags(request),
         identity_volumes=identity_volumes(request),
+        on_demand_nodes=request.on_demand_nodes if market == "spot" else frozenset(),
     )
 
 

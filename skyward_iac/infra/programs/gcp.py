@@ -59,9 +59,9 @@ def zone_for(offer: Offer, configured: str | None) -> str:
     return offer.zones[0]
 
 
-def scheduling(plan: ClusterPlan) -> dict[str, Any]:
-    """The instance's scheduling block for its market, accelerator and lifetime cap."""
-    if plan.market == "spot":
+def scheduling(plan: ClusterPlan, node: int) -> dict[str, Any]:
+    """Node ``node``'s scheduling block for its market, accelerator and lifetime cap."""
+    if plan.node_market(node) == "spot":
         block: dict[str, Any] = {
             "provisioning_model": "SPOT", "preemptible": True, "automatic_restart": False,
             "instance_termination_action": "DELETE", "on_host_maintenance": "TERMINATE",
@@ -160,7 +160,7 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             # A2/A3/G2 types come with their GPUs; N1 rows attach them explicitly.
             guest_accelerators=[{"type": guest[0], "count": guest[1]}] if guest else None,
             network_interfaces=[{"subnetwork": subnet.id, "access_configs": [{}]}],
-            scheduling=scheduling(plan),
+            scheduling=scheduling(plan, index),
             resource_policies=placement.self_link if placement else None,
             metadata={
                 "ssh-keys": credentials.ssh_public_key.apply(lambda key: f"{SSH_USER}:{key}"),
