@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from skyward_iac import __version__
-from skyward_iac.api.errors import SkywardError
-from skyward_iac.cli_commands import lifecycle, offers, preview
+from skyward_iac.api.errors import SkywardError, StackNotFoundError
+from skyward_iac.cli_commands import lifecycle, live, offers, preview
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -67,20 +67,25 @@ def parser() -> argparse.ArgumentParser:
     offers.add_parser(commands)
     preview.add_parser(commands)
     lifecycle.add_commands(commands)
+    live.add_commands(commands)
     return root
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``skyward-iac``.
 
-    Exit code 0 on success, 1 on a skyward error, 2 on a usage error (argparse's own).
+    Exit codes (docs/operations.md): 0 success, 1 error, 2 usage error (argparse's own),
+    3 no such stack, 4 refused (``down`` of a stack whose owner still runs).
     """
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except StackNotFoundError as exc:
+        print(f"skyward-iac: {exc}", file=sys.stderr)
+        return live.NOT_FOUND
     except SkywardError as exc:
         print(f"skyward-iac: {exc}", file=sys.stderr)
-        return 1
+        return live.ERROR
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def prune_reason(record: StackRecord, now: datetime, retention: timedelta) -> st
     return f"empty and created {created}, older than the retention of {retention.days} days"
 
 
-def _pid_alive(pid: int, started: str) -> bool:
+def pid_alive(pid: int, started: str) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``started`` (not a reuse)."""
     return is_alive(pid) and (not started or process_started(pid) == started)
 
 
@@ -110,7 +111,7 @@ def collect(retention_days: float | None = 30, dry_run: bool = False,
             continue
         if this_host_only and record.tags.get("host") != host:
             continue
-        if reason := collect_reason(record, now, host, _pid_alive):
+        if reason := collect_reason(record, now, host, pid_alive):
             actions.append(Action(record.name, "destroyed", reason) if dry_run
                            else _destroy(ClusterStack, record.name, reason))
         elif retention_days is not None and (

@@ -42,6 +42,7 @@ from skyward_iac.observability.events import (
     StackProgress,
     StackUpdated,
     TaskCompleted,
+    TaskQueued,
     TaskStarted,
 )
 from skyward_iac.observability.logging import redact
@@ -54,6 +55,11 @@ ConsoleMode = Literal["rich", "log", "minimal", "silent"]
 MODES: tuple[str, ...] = ("rich", "log", "minimal", "silent")
 #: How often the log console prints a node's metrics (they arrive every second or so).
 METRICS_EVERY = 30.0
+#: Task lines (started, done) the log console prints per second and pool; past that it prints
+#: a count line every ``TASK_SUMMARY_EVERY`` seconds instead (a 10,000-task ``map`` must not
+#: print 20,000 lines, nor spend its time formatting them). Failures are always printed.
+TASK_LINES_PER_SECOND = 10
+TASK_SUMMARY_EVERY = 5.0
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -104,6 +110,9 @@ def acquire_console(mode: bool | str, bus: EventBus, stream: TextIO | None = Non
     terminal holds one live view; it stops when the last pool releases it.
     """
     console = console_for(mode, stream, show_logs=show_logs)
+    if isinstance(console, SilentConsole):
+        # Nothing to show: no subscriber, so the pool builds no per-task events either.
+        return lambda: None
     key = (type(console).__name__, id(getattr(console, "stream", None) or stream or sys.stderr))
     with _shared_lock:
         shared, count = _shared.get(key, (console, 0))
@@ -197,9 +206,17 @@ class LogConsole(Console):
         self.stream = stream
         self.show_logs = show_logs
         self._metrics_printed: dict[tuple[str, int], float] = {}
+        #: Per stack: (second, task lines printed in it, lines skipped, last summary time).
+        self._task_lines: dict[str, tuple[int, int, int, float]] = {}
 
     def _render(self, event: Event, view: StackView | None) -> None:
-        text = self.describe(event, view)
+        if isinstance(event, TaskQueued):
+            return  # the hot path of a large map: not even a look at describe()
+        if isinstance(event, TaskStarted | TaskCompleted) and not (
+                isinstance(event, TaskCompleted) and not event.success):
+            text = self._task_line(event, view)
+        else:
+            text = self.describe(event, view)
         if text is None:
             return
         if len(self.view.active()) > 1 and view is not None:
@@ -289,6 +306,24 @@ class LogConsole(Console):
                 return (f"stack {event.stack} destroyed in {seconds(event.duration)}; up "
                         f"{seconds(uptime)}, cost {usd(cost)}")
         return None
+
+    def _task_line(self, event: TaskStarted | TaskCompleted, view: StackView | None) -> str | None:
+        """The task's own line while tasks are few; past ``TASK_LINES_PER_SECOND``, a count
+        line every ``TASK_SUMMARY_EVERY`` seconds."""
+        second = int(event.timestamp)
+        window, printed, skipped, summarized = self._task_lines.get(event.stack, (second, 0, 0, 0.0))
+        if window != second:
+            window, printed = second, 0
+        if printed < TASK_LINES_PER_SECOND:
+            self._task_lines[event.stack] = (window, printed + 1, skipped, summarized)
+            return self.describe(event, view)
+        skipped += 1
+        if view is None or event.timestamp - summarized < TASK_SUMMARY_EVERY:
+            self._task_lines[event.stack] = (window, printed, skipped, summarized)
+            return None
+        self._task_lines[event.stack] = (window, printed, 0, event.timestamp)
+        return (f"tasks: {view.queued} queued, {view.running} running, {view.succeeded} done, "
+                f"{view.failed} failed ({skipped} task line(s) not shown)")
 
     def _metrics_line(self, event: Metric, view: StackView | None) -> str | None:
         key = (event.stack, event.node)

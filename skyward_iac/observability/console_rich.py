@@ -99,6 +99,10 @@ class RichConsole(Console):
 
     # ---- drawing ------------------------------------------------------------------------
 
+    def renderable(self) -> RenderableType:
+        """The live view as it is now (for a picture of it, or a test)."""
+        return self._renderable()
+
     def _renderable(self) -> RenderableType:
         with self._lock:
             now = time.time()

@@ -180,7 +180,7 @@ class TaskQueued(Event):
 
 @dataclass(frozen=True, slots=True)
 class TaskStarted(Event):
-    """A call was handed to node ``node``."""
+    """A worker on node ``node`` started the call (a retried call starts again elsewhere)."""
 
     stack: str
     task_id: int
@@ -190,7 +190,11 @@ class TaskStarted(Event):
 
 @dataclass(frozen=True, slots=True)
 class TaskCompleted(Event):
-    """A call finished on node ``node``: ``success``, ``duration`` and, on failure, ``error``."""
+    """A call finished on node ``node``: ``success``, ``duration`` and, on failure, ``error``.
+
+    ``duration`` is how long the function ran on the node (0 when it never ran there);
+    ``node`` is -1 for a call that never left the client (the pool closed first).
+    """
 
     stack: str
     task_id: int

@@ -16,6 +16,8 @@ side (reading the sources on a schedule) is ``observability/sampler.py``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -224,8 +226,6 @@ def Default(*, interval: float | None = None) -> tuple[MetricSpec, ...]:  # noqa
 
 
 def _with_interval(spec: MetricSpec, interval: float) -> MetricSpec:
-    import dataclasses
-
     return dataclasses.replace(spec, interval=interval)  # type: ignore[type-var]
 
 
@@ -250,3 +250,35 @@ def resolve(value: object) -> tuple[MetricSpec, ...] | None:
     if duplicates := sorted({n for n in names if names.count(n) > 1}):
         raise ConfigError(f"metrics are named twice: {', '.join(duplicates)}; keep one of each")
     return specs
+
+
+#: Every spec class by name, for ``to_json``/``from_json`` (the agent's ``--metrics`` flag).
+_SPEC_TYPES: dict[str, type[MetricSpec]] = {
+    cls.__name__: cls for cls in (CPU, Memory, MemoryUsed, MemoryTotal, GPU, GPUMemory,
+                                  GPUMemoryTotal, GPUTemp, Disk, NetworkRx, NetworkTx, Custom)
+}
+
+
+def to_json(specs: Iterable[MetricSpec]) -> str:
+    """Specs as JSON (``[{"type": "CPU", "interval": 1.0}, ...]``): readable in ``ps`` and a
+    node's log, and never unpickled by the agent."""
+    import dataclasses
+    import json
+
+    return json.dumps([{"type": type(spec).__name__, **dataclasses.asdict(spec)}  # type: ignore[call-overload]
+                       for spec in specs], separators=(",", ":"))
+
+
+def from_json(text: str) -> tuple[MetricSpec, ...]:
+    """The specs ``to_json`` wrote; ``ConfigError`` names an unknown type or a bad field."""
+    specs = []
+    for item in json.loads(text):
+        fields = dict(item)
+        kind = _SPEC_TYPES.get(fields.pop("type", ""))
+        if kind is None:
+            raise ConfigError(f"unknown metric type in {item!r}")
+        try:
+            specs.append(kind(**fields))
+        except TypeError as exc:
+            raise ConfigError(f"bad metric {item!r}: {exc}") from exc
+    return tuple(specs)

@@ -152,6 +152,18 @@ class PoolView:
             return None
         view = self.stack(name, event.timestamp)
         match event:
+            # Task events first: a large map sends three per task, the rest are rare.
+            case TaskQueued():
+                view.queued += 1
+            case TaskStarted():
+                view.queued = max(0, view.queued - 1)
+                view.running += 1
+            case TaskCompleted():
+                view.running = max(0, view.running - 1)
+                if event.success:
+                    view.succeeded += 1
+                else:
+                    view.failed += 1
             case ClusterRequested():
                 view.requested_at, view.provider = event.timestamp, event.provider
                 view.instance_type, view.accelerator = event.instance_type, event.accelerator
@@ -195,17 +207,6 @@ class PoolView:
                 view.node(event.node).status = "launching"
             case InstanceDestroyed():
                 view.node(event.node).status = "gone"
-            case TaskQueued():
-                view.queued += 1
-            case TaskStarted():
-                view.queued = max(0, view.queued - 1)
-                view.running += 1
-            case TaskCompleted():
-                view.running = max(0, view.running - 1)
-                if event.success:
-                    view.succeeded += 1
-                else:
-                    view.failed += 1
             case Metric():
                 view.node(event.node).record(event)
             case Error():

@@ -10,6 +10,7 @@ go travel in one frame. Results come back as futures resolved by each node's rea
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import threading
 import time
@@ -33,12 +34,12 @@ from skyward_iac.collections import (
     Set,
 )
 from skyward_iac.observability.bus import EventBus, Subscription
-from skyward_iac.observability.events import Event
+from skyward_iac.observability.events import Event, Metric, TaskCompleted, TaskQueued, TaskStarted
 from skyward_iac.orchestration.calls import PackedCall, pack_call, pack_function
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.node import Node
 from skyward_iac.remote.agent_client import Submission
-from skyward_iac.remote.protocol import PickledFunction
+from skyward_iac.remote.protocol import PickledFunction, PreemptionNotice
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,6 +65,10 @@ class _Call:
     future: Future[Any]
     node: int | None
     attempts: int = 0
+    task_id: int = 0
+    #: The node it was last handed to, and what was sent there.
+    sent_to: int | None = None
+    submission: Submission | None = None
 
 
 class Pool:
@@ -78,8 +83,9 @@ class Pool:
         self._collections = collections
         #: Nodes whose connection was lost, waiting for their replacement.
         self.lost: set[int] = set()
-        #: Called with a node's index when its connection is lost (set by ``Compute``).
-        self.on_node_lost: Callable[[int], None] | None = None
+        #: Called with a node's index, why it is out of service, and whether it still runs (so
+        #: its instance must be recreated, not just found missing) (set by ``Compute``).
+        self.on_node_lost: Callable[[int, str, bool], None] | None = None
         #: Resizes the pool to a node count (set by ``Compute``).
         self.resizer: Callable[[int], None] | None = None
         #: Where the pool's events go; ``Compute`` passes its own bus.
@@ -91,9 +97,53 @@ class Pool:
         #: Calls placed on each node and not yet handed to its agent client (sent outside the lock).
         self._placing = [0] * len(nodes)
         self._closed = False
+        self._task_ids = itertools.count(1)
         for node in nodes:
-            node.agent.on_results = self._slots_freed
+            self._listen(node)
         threading.Thread(target=self._dispatch, name=f"{stack_name}-dispatch", daemon=True).start()
+
+    def _listen(self, node: Node) -> None:
+        """Receive ``node``'s freed slots (to place more calls), its metric samples and its
+        cloud's preemption notice."""
+        node.agent.on_results = self._slots_freed
+        node.agent.on_metrics = self._metrics
+        node.agent.on_preemption = self._preempted
+
+    def _preempted(self, node: int, notice: PreemptionNotice) -> None:
+        # Called by the node's reader thread: no new work there; replace it before it dies.
+        left = max(0.0, notice.deadline - time.time())
+        self.node_lost(node, f"{notice.reason}; it stops in {left:.0f}s", alive=True)
+
+    def _metrics(self, node: int, samples: tuple[Any, ...]) -> None:
+        # Called by a node's reader thread with ``observability.sampler.MetricSample``s.
+        for sample in samples:
+            self.events.emit(Metric(stack=self.stack_name, node=node, name=sample.name,
+                                    value=sample.value, unit=sample.unit, device=sample.device,
+                                    timestamp=sample.timestamp))
+
+    # ---- task events (only built when someone listens) -------------------------------------
+
+    # Positional arguments: a 10,000-task map builds 30,000 of these events.
+
+    def _queued(self, calls: list[_Call]) -> None:
+        emit, stack, completed = self.events.emit, self.stack_name, self._completed
+        for call in calls:
+            emit(TaskQueued(stack, call.task_id, call.pending.name, call.node))
+            call.future.add_done_callback(functools.partial(completed, call))
+
+    def _started(self, call: _Call, node: int) -> None:
+        self.events.emit(TaskStarted(self.stack_name, call.task_id, call.pending.name, node))
+
+    def _completed(self, call: _Call, future: Future[Any]) -> None:
+        if future.cancelled():
+            error: str | None = "cancelled"
+        else:
+            exc = future.exception()
+            error = None if exc is None else f"{type(exc).__name__}: {exc}"
+        ran = call.submission.duration if call.submission is not None else None
+        self.events.emit(TaskCompleted(
+            self.stack_name, call.task_id, call.pending.name,
+            call.sent_to if call.sent_to is not None else -1, error is None, ran or 0.0, error))
 
     # ---- placement -----------------------------------------------------------------------
 
@@ -149,13 +199,17 @@ class Pool:
 
     def _send(self, placed: dict[int, list[_Call]]) -> None:
         """Hand each node its calls, in one frame per node (outside ``_wakeup``)."""
+        tracing = len(self.events) > 0
         for index, calls in placed.items():
-            submissions = [
-                Submission(call.pending.name, call.packed.payload,
-                           call.pending.timeout or self.options.default_compute_timeout,
-                           call.packed.buffers, call.future, functools.partial(self._retry, call))
-                for call in calls
-            ]
+            submissions = []
+            for call in calls:
+                call.sent_to = index
+                call.submission = Submission(
+                    call.pending.name, call.packed.payload,
+                    call.pending.timeout or self.options.default_compute_timeout,
+                    call.packed.buffers, call.future, functools.partial(self._retry, call),
+                    functools.partial(self._started, call, index) if tracing else None)
+                submissions.append(call.submission)
             try:
                 self.nodes[index].agent.submit_many(submissions)
             except NodeConnectionError as exc:
@@ -186,14 +240,16 @@ class Pool:
             self._wakeup.notify()
         return True
 
-    def node_lost(self, index: int) -> None:
-        """A node's connection broke: send it nothing more until it is replaced."""
+    def node_lost(self, index: int, reason: str = "connection to the node was lost",
+                  alive: bool = False) -> None:
+        """A node's connection broke (or it failed its health check, or its cloud announced
+        its preemption: ``alive``): send it nothing more until it is replaced."""
         with self._wakeup:
             if self._closed or index in self.lost:
                 return
             self.lost.add(index)
         if self.on_node_lost is not None:
-            self.on_node_lost(index)
+            self.on_node_lost(index, reason, alive)
 
     def load(self) -> tuple[int, int]:
         """Calls waiting for a slot, and calls running on nodes."""
@@ -205,7 +261,7 @@ class Pool:
         with self._wakeup:
             if node.address.index != len(self.nodes):
                 raise ValueError(f"node {node.address.index} is not the next index")
-            node.agent.on_results = self._slots_freed  # its results wake the dispatcher too
+            self._listen(node)  # its results wake the dispatcher too
             self.nodes.append(node)
             self._placing.append(0)
             self._wakeup.notify_all()
@@ -238,7 +294,7 @@ class Pool:
     def replace(self, index: int, node: Node) -> None:
         """Put a replacement node in service at ``index``."""
         old = self.nodes[index]
-        node.agent.on_results = self._slots_freed
+        self._listen(node)
         with self._wakeup:
             self.nodes[index] = node
             self.lost.discard(index)
@@ -255,6 +311,8 @@ class Pool:
         """Queue ``calls``; what fits on the nodes now is sent from this thread."""
         if self._closed:
             raise NodeConnectionError(f"pool {self.stack_name} is closed")
+        if len(self.events):
+            self._queued(calls)
         with self._wakeup:
             self._calls.extend(calls)
             placed = self._place()
@@ -269,7 +327,7 @@ class Pool:
         arrays cannot change while they are being sent (no snapshot needed)."""
         future: Future[T] = Future()
         packed = packed or pack_call(pending, copy, function)
-        return _Call(pending, packed, future, node), future
+        return _Call(pending, packed, future, node, task_id=next(self._task_ids)), future
 
     # ---- the public operations -----------------------------------------------------------
 

@@ -5,7 +5,11 @@ channel) and demands the per-stack token as the first frame, before it unpickles
 Tasks run in worker subprocesses (``remote/worker.py``) admitted by ``remote/slots.py``, so a
 task that kills its process never takes the agent down.
 Run as ``python -m skyward_iac.remote.agent --token-file F --port-file F [--concurrency N]
-[--executor thread|process] [--fresh-processes]``.
+[--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
+[--metadata-url URL]]``.
+
+``--metrics`` (``observability.metrics.to_json``) starts a ``MetricsSampler`` whose readings go
+to every connected client as ``MetricSamples`` messages.
 """
 
 from __future__ import annotations
@@ -20,8 +24,18 @@ import sys
 import threading
 from pathlib import Path
 
+from skyward_iac.observability import metrics
+from skyward_iac.observability.sampler import MetricSample, MetricsSampler
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Cancel, Configure, Task, Welcome
+from skyward_iac.remote.preemption import PreemptionWatcher
+from skyward_iac.remote.protocol import (
+    Cancel,
+    Configure,
+    MetricSamples,
+    PreemptionNotice,
+    Task,
+    Welcome,
+)
 from skyward_iac.remote.slots import Slots
 
 HANDSHAKE_TIMEOUT = 10.0
@@ -59,6 +73,36 @@ class Connection:
                 self.slots.submit_many(tasks, self)
 
 
+class Listeners:
+    """The authenticated connections that want the node's metric samples."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: set[Connection] = set()
+
+    def add(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections.add(connection)
+
+    def discard(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+
+    def broadcast(self, samples: list[MetricSample]) -> None:
+        """Send ``samples`` to every connection."""
+        self.notify(MetricSamples(tuple(samples)))
+
+    def notify(self, message: object) -> None:
+        """Send ``message`` to every connection; a broken one is dropped (its reader ends it)."""
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.send(message)
+            except OSError:
+                self.discard(connection)
+
+
 def authenticate(sock: socket.socket, token: bytes) -> bool:
     """True when the first frame is exactly the token; nothing is unpickled before this."""
     sock.settimeout(HANDSHAKE_TIMEOUT)
@@ -70,7 +114,8 @@ def authenticate(sock: socket.socket, token: bytes) -> bool:
     return flags == protocol.RAW and hmac.compare_digest(payload, token)
 
 
-def handle(sock: socket.socket, token: bytes, slots: Slots) -> None:
+def handle(sock: socket.socket, token: bytes, slots: Slots,
+           listeners: Listeners | None = None) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     # Large buffers: a 100 MB argument arrives in fewer, larger reads.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -81,10 +126,15 @@ def handle(sock: socket.socket, token: bytes, slots: Slots) -> None:
             return
         connection = Connection(sock, slots)
         connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0]))
+        if listeners is not None:
+            listeners.add(connection)
         try:
             connection.serve()
         except (protocol.ConnectionClosed, OSError):
             log.info("client disconnected")
+        finally:
+            if listeners is not None:
+                listeners.discard(connection)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -103,6 +153,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fresh-processes", action="store_true",
                         help="process executor: a new process for every task")
     parser.add_argument("--node", type=int, default=0)
+    parser.add_argument("--preemption", choices=("aws", "gcp"),
+                        default=os.environ.get("SKYWARD_PREEMPTION") or None,
+                        help="watch this cloud's metadata server for an interruption notice")
+    parser.add_argument("--metadata-url", default=os.environ.get("SKYWARD_METADATA_URL") or None,
+                        help="the metadata server's base URL (default: the cloud's own)")
+    parser.add_argument("--metrics", type=metrics.from_json, default=(),
+                        help="metrics to sample and stream, as observability.metrics.to_json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -112,12 +169,19 @@ def main(argv: list[str] | None = None) -> None:
         slots = Slots(args.concurrency, 1, once=args.fresh_processes, node=args.node)
     else:
         slots = Slots(1, args.concurrency, once=False, node=args.node)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    listeners = Listeners()
+    MetricsSampler(args.metrics, listeners.broadcast).start()
+    if args.preemption:
+        node = args.node
+        PreemptionWatcher(args.preemption, lambda deadline, reason: listeners.notify(
+            PreemptionNotice(node, deadline, reason)), args.metadata_url).start()
+    signal.signal(signal.SIGTERM, lambda *_: (slots.close_plugins(), os._exit(0)))
     write_atomically(args.port_file, str(server.getsockname()[1]))
     log.info("agent of node %s listening on %s", args.node, server.getsockname())
     while True:
         sock, _ = server.accept()
-        threading.Thread(target=handle, args=(sock, token, slots), daemon=True).start()
+        threading.Thread(target=handle, args=(sock, token, slots, listeners),
+                         daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -23,8 +23,11 @@ from skyward_iac.remote.protocol import (
     Cancel,
     Configure,
     Failure,
+    MetricSamples,
     Output,
+    PreemptionNotice,
     Result,
+    Started,
     Task,
     Welcome,
 )
@@ -44,6 +47,11 @@ class Submission:
     buffers: tuple[Any, ...] = ()
     future: Future[Any] = field(default_factory=Future)
     retry: Callable[[], bool] | None = None
+    #: Called once when a worker on the node starts the task (at the latest with its result).
+    on_start: Callable[[], Any] | None = None
+    started: bool = False
+    #: Seconds the function ran on the node, set before ``future`` resolves with its result.
+    duration: float | None = None
 
 
 class AgentClient:
@@ -58,6 +66,10 @@ class AgentClient:
         self._on_lost = on_lost
         #: Called after each frame of results is resolved (the pool's dispatcher waits on it).
         self.on_results = on_results
+        #: Called with the node index and each batch of the agent's metric samples.
+        self.on_metrics: Callable[[int, tuple[Any, ...]], Any] | None = None
+        #: Called with the node index and the notice when its cloud announces its preemption.
+        self.on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
         self._stream = stream
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -79,11 +91,14 @@ class AgentClient:
         """Tasks sent and not finished yet."""
         return len(self._pending)
 
-    def configure(self, instance: dict[str, Any], collections: Any = None) -> None:
-        """Tell the agent, before any task, the node's ``InstanceInfo`` (as a dict) and the
-        ``collections.BackendConfig`` its tasks use (None: no collections)."""
+    def configure(self, instance: dict[str, Any], collections: Any = None,
+                  plugins: bytes | None = None) -> None:
+        """Tell the agent, before any task, the node's ``InstanceInfo`` (as a dict), the
+        ``collections.BackendConfig`` its tasks use (None: no collections) and the pool's
+        pickled node-side plugins (None: none)."""
+        message = Configure(instance, collections, plugins)
         with self._send_lock:
-            protocol.send(self._stream, protocol.encode(Configure(instance, collections)))
+            protocol.send(self._stream, protocol.encode(message))
 
     def submit(self, name: str, payload: bytes, timeout: float | None,
                buffers: tuple[Any, ...] = ()) -> Future[Any]:
@@ -154,8 +169,16 @@ class AgentClient:
                     if isinstance(message, Result):
                         self._resolve(message)
                         resolved = True
+                    elif isinstance(message, Started):
+                        started = self._pending.get(message.task_id)
+                        if started is not None:
+                            self._started(started)
                     elif isinstance(message, Output) and self._on_output is not None:
                         self._on_output(self.node, message.stream, message.text)
+                    elif isinstance(message, MetricSamples) and self.on_metrics is not None:
+                        self.on_metrics(self.node, message.samples)
+                    elif isinstance(message, PreemptionNotice) and self.on_preemption is not None:
+                        self.on_preemption(self.node, message)
                 if resolved and self.on_results is not None:
                     self.on_results()
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
@@ -172,6 +195,8 @@ class AgentClient:
         future, name = entry.future, entry.name
         if future.done():
             return  # cancelled by its caller
+        entry.duration = result.duration
+        self._started(entry)  # a short task's Started travels as its Result
         outcome: BaseException | None = None
         value: Any = None
         if result.failure is not None:
@@ -197,6 +222,13 @@ class AgentClient:
                 future.set_exception(outcome)
         except InvalidStateError:
             pass  # cancelled meanwhile
+
+    @staticmethod
+    def _started(submission: Submission) -> None:
+        if not submission.started:
+            submission.started = True
+            if submission.on_start is not None:
+                submission.on_start()
 
     def _expire_deadlines(self) -> None:
         while not self._closed:

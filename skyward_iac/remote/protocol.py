@@ -68,10 +68,12 @@ class Welcome:
 @dataclass(frozen=True, slots=True)
 class Configure:
     """Sent after ``Welcome``: the node's place in the pool (an ``InstanceInfo`` as a dict) and
-    how its tasks reach the collections (a ``collections.BackendConfig``, or None)."""
+    how its tasks reach the collections (a ``collections.BackendConfig``, or None), and the
+    pool's node-side plugin hooks (a pickled tuple of ``Plugin``, or None)."""
 
     instance: dict[str, Any]
     collections: Any = None
+    plugins: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,13 @@ class Task:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """A worker took task ``task_id`` from its queue and is running it now."""
+
+    task_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Cancel:
     """The client gave up on a task (timeout): its result is no longer wanted."""
 
@@ -120,15 +129,34 @@ class Failure:
 @dataclass(frozen=True, slots=True)
 class Result:
     """A task's outcome: ``value`` (a pickle whose out-of-band buffers are ``buffers``) or
-    ``failure``."""
+    ``failure``; ``duration`` is how long the function ran on the node (seconds)."""
 
     task_id: int
     value: bytes | None = None
     failure: Failure | None = None
     buffers: tuple[Any, ...] = ()
+    duration: float = 0.0
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Result, (self.task_id, self.value, self.failure, _out_of_band(self.buffers)))
+        return (Result, (self.task_id, self.value, self.failure, _out_of_band(self.buffers),
+                         self.duration))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSamples:
+    """The agent's latest ``sky.metrics`` readings (``observability.sampler.MetricSample``s),
+    sent to every connected client as they are taken."""
+
+    samples: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionNotice:
+    """The node's cloud announced its interruption: it stops at ``deadline`` (epoch seconds)."""
+
+    node: int
+    deadline: float
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 import signal
 import socket
 import subprocess
@@ -24,12 +25,13 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from skyward_iac.api.errors import WorkerCrashedError
+from skyward_iac.api.errors import PluginError, WorkerCrashedError
+from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Cancel, Configure, Output, Result, Task
-from skyward_iac.remote.worker import COUNTER, describe_failure
+from skyward_iac.remote.protocol import Cancel, Configure, Output, Result, Started, Task
+from skyward_iac.remote.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
 
 log = logging.getLogger("skyward.agent")
 
@@ -43,12 +45,17 @@ class Route(Protocol):
     def send(self, message: object) -> None: ...
 
 
+#: Rewrites a worker's command: ``(argv, worker index) -> (argv, extra environment)``.
+Launch = Callable[[list[str], int], tuple[list[str], dict[str, str]]]
+
+
 class WorkerProcess:
     """One worker subprocess and the tasks assigned to it (running, or queued in it)."""
 
     def __init__(self, once: bool, slots: int, prefetch: int,
                  on_messages: Callable[[WorkerProcess, Sequence[Any]], None],
-                 on_exit: Callable[[WorkerProcess], None]) -> None:
+                 on_exit: Callable[[WorkerProcess], None], index: int = 0,
+                 launch: Launch | None = None) -> None:
         ours, theirs = socket.socketpair()
         # An unlinked file: the worker's counter outlives the worker, for the agent to read.
         with tempfile.TemporaryFile() as counter_file:
@@ -56,8 +63,12 @@ class WorkerProcess:
             self.counter = mmap.mmap(counter_file.fileno(), COUNTER.size)
             command = [sys.executable, "-m", "skyward_iac.remote.worker",
                        "--fd", str(theirs.fileno()), "--slots", str(slots),
-                       "--counter-fd", str(counter_file.fileno())]
-            self.process = subprocess.Popen(command + (["--once"] if once else []),
+                       "--counter-fd", str(counter_file.fileno())] + (["--once"] if once else [])
+            env = {WORKER_INDEX_ENV: str(index)}
+            if launch is not None:
+                command, extra = launch(command, index)
+                env.update(extra)
+            self.process = subprocess.Popen(command, env={**os.environ, **env},
                                             pass_fds=(theirs.fileno(), counter_file.fileno()))
         theirs.close()
         self.sock = ours
@@ -66,8 +77,11 @@ class WorkerProcess:
         self.running: dict[int, tuple[int, Task]] = {}
         self.capacity = slots + prefetch
         self.once = once
+        self.index = index
         self.accepted = 0
         self.killed = False
+        #: Replaced before it took any task (plugins changed how workers start): no successor.
+        self.retired = False
         self._on_messages, self._on_exit = on_messages, on_exit
         threading.Thread(target=self._read, daemon=True, name=f"worker-{self.process.pid}").start()
 
@@ -125,27 +139,79 @@ class Slots:
         self.routes: dict[int, Route] = {}
         self.abandoned: set[int] = set()
         self.configuration: Configure | None = None
-        self.workers = [self._spawn() for _ in range(processes)]
+        #: The node's plugins, from the first Configure that carries them.
+        self.plugins: Any = None
+        #: Why every task fails at once (a plugin's around_app failed), or None.
+        self.failure: PluginError | None = None
+        self.workers = [self._spawn(index) for index in range(processes)]
 
-    def _spawn(self) -> WorkerProcess:
+    def _spawn(self, index: int) -> WorkerProcess:
+        launch = self._launch if self.plugins is not None else None
         worker = WorkerProcess(self.once, self.per_process, self.prefetch, self._on_messages,
-                               self._on_exit)
+                               self._on_exit, index, launch)
         if self.configuration is not None:
             worker.send(self.configuration)
         return worker
 
+    def _launch(self, argv: list[str], index: int) -> tuple[list[str], dict[str, str]]:
+        from skyward_iac.plugins._plugin import LaunchCommand, LaunchContext
+
+        # Only set once a Configure brought plugins, so the configuration is known.
+        configuration = cast(Configure, self.configuration)
+        context = LaunchContext(InstanceInfo(**configuration.instance), index)
+        command = self.plugins.launch(LaunchCommand(tuple(argv)), context)
+        return list(command.argv), dict(command.env)
+
     def configure(self, configuration: Configure) -> None:
-        """Every worker, now and future, learns the node's InstanceInfo and collections."""
+        """Every worker, now and future, learns the node's InstanceInfo and collections.
+
+        The first Configure carrying plugins enters their ``around_app`` here, in the agent;
+        workers started before it are replaced, so they start with its environment and
+        the plugins' launchers (no task has reached them yet).
+        """
         with self.lock:
             self.configuration = configuration
+            if (configuration.plugins is not None and self.plugins is None
+                    and self.failure is None and self._start_plugins(configuration)):
+                return  # the fresh workers were sent it as they started
             for worker in self.workers:
                 worker.send(configuration)
+
+    def _start_plugins(self, configuration: Configure) -> bool:
+        """Load the plugins and enter their ``around_app``; True when the workers were
+        replaced to start under them."""
+        from skyward_iac.plugins._node import NodePlugins
+
+        try:
+            self.plugins = NodePlugins.load(configuration.plugins)
+            self.plugins.enter_app(InstanceInfo(**configuration.instance))
+        except Exception as exc:  # noqa: BLE001 - every task of this node reports it
+            log.error("plugins failed on node %s: %s", self.node, exc)
+            self.failure = exc if isinstance(exc, PluginError) else PluginError(
+                f"the plugins of node {self.node} could not be loaded: {exc}")
+            return False
+        if not self.plugins.changes_launch:
+            return False
+        for worker in self.workers:
+            worker.retired = True
+            worker.kill()
+        self.workers = [self._spawn(worker.index) for worker in self.workers]
+        return True
+
+    def close_plugins(self) -> None:
+        """Leave the plugins' ``around_app`` contexts (the agent is stopping)."""
+        if self.plugins is not None:
+            self.plugins.close()
 
     def submit(self, task: Task, route: Route) -> None:
         self.submit_many([task], route)
 
     def submit_many(self, tasks: Sequence[Task], route: Route) -> None:
         """Queue tasks from one client connection and start what fits."""
+        if self.failure is not None:
+            failure = describe_failure(self.failure)
+            _deliver_all([(route, Result(task.task_id, failure=failure)) for task in tasks])
+            return
         with self.lock:
             for task in tasks:
                 self.queue.append((task, route))
@@ -185,7 +251,7 @@ class Slots:
                 batch.append(task)
                 if worker.once:
                     # Its successor starts now, so the next task never waits for a Python start.
-                    self.workers.append(self._spawn())
+                    self.workers.append(self._spawn(worker.index))
             if not batch:
                 continue
             try:
@@ -202,7 +268,7 @@ class Slots:
             finished = False
             for message in messages:
                 task_id = message.task_id
-                if isinstance(message, Output):
+                if isinstance(message, Output | Started):
                     route = self.routes.get(task_id)
                 else:
                     worker.running.pop(task_id, None)
@@ -216,6 +282,10 @@ class Slots:
         _deliver_all(deliveries)
 
     def _on_exit(self, worker: WorkerProcess) -> None:
+        if worker.retired:
+            worker.process.wait()
+            worker.counter.close()
+            return
         how = worker.exit_description()
         taken = worker.taken
         with self.lock:
@@ -236,7 +306,7 @@ class Slots:
             if worker.once and worker.accepted:
                 del self.workers[index]  # its successor was started when it took its task
             else:
-                self.workers[index] = self._spawn()
+                self.workers[index] = self._spawn(worker.index)
             self._schedule()
         worker.counter.close()
         deliveries: list[tuple[Route, Any]] = []

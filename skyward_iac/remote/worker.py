@@ -30,10 +30,14 @@ from typing import Any, TextIO
 
 from skyward_iac.api.runtime import InstanceInfo, bind_instance
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Cancel, Configure, Failure, Output, Result, Task
+from skyward_iac.remote.protocol import Cancel, Configure, Failure, Output, Result, Started, Task
 
 #: The shared counter's layout: tasks taken from the queue so far (started or skipped).
 COUNTER = struct.Struct("Q")
+#: The environment variable giving a worker process its index on the node (set by the agent).
+WORKER_INDEX_ENV = "SKYWARD_WORKER_INDEX"
+#: This process's plugins (a ``plugins._node.NodePlugins``) once a Configure brought some.
+process_plugins: Any = None
 
 current_task: ContextVar[int | None] = ContextVar("skyward_current_task", default=None)
 
@@ -57,17 +61,22 @@ def describe_failure(exc: BaseException) -> Failure:
 
 def run_task(task: Task) -> Result:
     """Unpickle and call a task's function; never raises."""
+    started = time.perf_counter()
     try:
         fn, args, kwargs = protocol.loads(task.payload, task.buffers)
+        if process_plugins is not None:
+            fn = process_plugins.decorate(fn)
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
-        return Result(task.task_id, failure=describe_failure(exc))
+        return Result(task.task_id, failure=describe_failure(exc),
+                      duration=time.perf_counter() - started)
+    duration = time.perf_counter() - started
     try:
         payload, buffers = protocol.dumps_with_buffers(value)
-        return Result(task.task_id, value=payload, buffers=buffers)
+        return Result(task.task_id, value=payload, buffers=buffers, duration=duration)
     except Exception as exc:
         wrapped = TypeError(f"the result of {task.name} cannot be pickled: {exc}")
-        return Result(task.task_id, failure=describe_failure(wrapped))
+        return Result(task.task_id, failure=describe_failure(wrapped), duration=duration)
 
 
 class Channel:
@@ -85,26 +94,38 @@ class Channel:
 
 class Outbox:
     """Messages for the agent, in order. An urgent message goes at once with everything queued
-    before it; others wait up to ``MAX_DELAY`` (or until ``MAX_BATCH``) to share a frame."""
+    before it; others wait up to ``MAX_DELAY`` (or until ``MAX_BATCH``) to share a frame. A lazy
+    message (``wake=False``) does not wake the sending thread: it leaves with the next frame, at
+    most ``LAZY_DELAY`` later."""
 
     MAX_BATCH = 256
     MAX_DELAY = 0.001
+    LAZY_DELAY = 0.1
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.cond = threading.Condition()
         self.items: list[Any] = []
         self.first_at = 0.0
+        self.wakeup_pending = False
         # Held from taking a batch to finishing its send, so batches leave in the order taken.
         self.send_lock = threading.Lock()
         threading.Thread(target=self._flush_late, name="outbox", daemon=True).start()
 
-    def send(self, message: object, urgent: bool = True) -> None:
+    def send(self, message: object, urgent: bool = True, supersedes: object = None,
+             wake: bool = True) -> None:
+        """Queue ``message``; ``supersedes`` is dropped if it is the last message still queued
+        (a task's ``Started`` when its ``Result`` follows it at once: the result says both)."""
         with self.cond:
+            if supersedes is not None and self.items and self.items[-1] == supersedes:
+                self.items.pop()
             self.items.append(message)
             if not urgent and len(self.items) < self.MAX_BATCH:
                 if len(self.items) == 1:
                     self.first_at = time.monotonic()
+                if wake and not self.wakeup_pending:
+                    # Waking the sender costs a thread switch on the task's CPU: once per frame.
+                    self.wakeup_pending = True
                     self.cond.notify()
                 return
             self._take_and_send()
@@ -112,6 +133,7 @@ class Outbox:
     def _take_and_send(self) -> None:
         # Called with ``cond`` held; releases it before the write.
         items, self.items = self.items, []
+        self.wakeup_pending = False
         self.send_lock.acquire()
         self.cond.release()
         try:
@@ -125,7 +147,7 @@ class Outbox:
         with self.cond:
             while True:
                 if not self.items:
-                    self.cond.wait()
+                    self.cond.wait(self.LAZY_DELAY)  # lazy messages queued meanwhile leave then
                     continue
                 late = self.first_at + self.MAX_DELAY - time.monotonic()
                 if late > 0:
@@ -216,6 +238,10 @@ class Runner:
 
     def _execute(self, task: Task) -> bool:
         """Run one task and send its result; True when this thread should retire."""
+        # Lazy, and dropped if the result follows before it left (a short task's result tells
+        # the client both): a long task is reported started at most LAZY_DELAY after.
+        started = Started(task.task_id)
+        self.outbox.send(started, urgent=False, wake=False)
         token = current_task.set(task.task_id)
         result = run_task(task)
         current_task.reset(token)
@@ -229,7 +255,7 @@ class Runner:
             if retire:
                 self.threads -= 1
         # A busy worker's results share frames; the last one before going idle goes at once.
-        self.outbox.send(result, urgent=idle or self.once)
+        self.outbox.send(result, urgent=idle or self.once, supersedes=started)
         if self.once:
             os._exit(0)
         return retire
@@ -272,6 +298,24 @@ class TaskStream(io.TextIOBase):
         self.fallback.flush()
 
 
+def _instance(message: Configure) -> InstanceInfo:
+    """The node's InstanceInfo as this worker process sees it (its index among several
+    workers per node comes from the agent)."""
+    fields = dict(message.instance)
+    if fields.get("workers_per_node", 1) > 1:
+        fields["worker"] = int(os.environ.get(WORKER_INDEX_ENV, "0"))
+    return InstanceInfo(**fields)
+
+
+def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
+    """Once per process, before any task: the plugins' ``around_process`` and decorators."""
+    global process_plugins
+    if process_plugins is None:
+        from skyward_iac.plugins._node import start_in_process
+
+        process_plugins = start_in_process(pickled, instance)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fd", type=int, required=True)
@@ -304,12 +348,15 @@ def main(argv: list[str] | None = None) -> None:
                     tasks = []
                 runner.cancel(message.task_id)
             elif isinstance(message, Configure):
-                bind_instance(InstanceInfo(**message.instance))
+                instance = _instance(message)
+                bind_instance(instance)
                 if message.collections is not None:
                     # Imported only here: the etcd client (gRPC) is not needed without collections.
                     from skyward_iac.collections import connect, set_process_default
 
                     set_process_default(connect(message.collections))
+                if message.plugins is not None:
+                    _start_plugins(message.plugins, instance)
         if tasks:
             runner.add(tasks)
 

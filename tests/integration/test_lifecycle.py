@@ -96,4 +96,6 @@ def test_cli_show_lists_a_destroyed_stack_history() -> None:
     assert [u["kind"] for u in report["updates"]] == ["destroy", "update"]
     assert report["updates"][1]["changes"] == {"create": 4}
     assert report["updates"][0]["changes"] == {"delete": 4}
-    assert cli.main(["show", "no-such-stack"]) == 1
+    from skyward_iac.cli_commands.live import NOT_FOUND
+
+    assert cli.main(["show", "no-such-stack"]) == NOT_FOUND

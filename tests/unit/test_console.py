@@ -177,6 +177,31 @@ def test_log_console_redacts_and_throttles_metrics() -> None:
     assert shown == ["[node 1] out"]
 
 
+def test_log_console_summarizes_task_lines_past_its_rate_and_always_shows_failures() -> None:
+    from skyward_iac.observability.console import TASK_LINES_PER_SECOND
+
+    events: list[ev.Event] = [ev.ClusterRequested(S, "local", 1, timestamp=99.0)]
+    for i in range(40):  # 80 task lines within one second, then one failure
+        events += [ev.TaskQueued(S, i, "f", timestamp=100.1),
+                   ev.TaskStarted(S, i, "f", 0, timestamp=100.2),
+                   ev.TaskCompleted(S, i, "f", 0, True, 0.01, timestamp=100.3)]
+    events.append(ev.TaskCompleted(S, 99, "f", 0, False, 0.5, error="ValueError: x",
+                                   timestamp=100.4))
+    events.append(ev.TaskStarted(S, 100, "f", 0, timestamp=101.0))  # a new second
+    lines = lines_of(LogConsole(io.StringIO()), *events)[1:]
+    task_lines = [line for line in lines if line.startswith("task ")]
+    summaries = [line for line in lines if line.startswith("tasks: ")]
+    assert task_lines[:TASK_LINES_PER_SECOND] == [
+        f"task {i // 2} f {'started on node 0' if i % 2 == 0 else 'done on node 0 in 0.0s'}"
+        for i in range(TASK_LINES_PER_SECOND)]
+    assert summaries == [
+        f"tasks: 0 queued, 1 running, {TASK_LINES_PER_SECOND // 2} done, 0 failed "
+        "(1 task line(s) not shown)"]
+    assert task_lines[-2:] == ["task 99 f FAILED on node 0 after 0.5s: ValueError: x",
+                               "task 100 f started on node 0"]
+    assert len(lines) == TASK_LINES_PER_SECOND + 3
+
+
 def test_log_console_prefixes_lines_when_several_pools_run() -> None:
     other = "aws-root-20260101-000000-123456"
     lines = lines_of(LogConsole(io.StringIO()), ev.ClusterRequested(S, "local", 1),

@@ -242,3 +242,15 @@ def test_an_empty_sampler_starts_no_thread() -> None:
     sampler = node.MetricsSampler([], lambda batch: None).start()
     assert not sampler._thread.is_alive()
     sampler.stop()
+
+
+def test_specs_travel_to_the_agent_as_json_and_come_back_equal() -> None:
+    specs = (*m.Default(interval=2), m.Disk("/data"),
+             m.Custom("queue", "redis-cli llen jobs", interval=5, unit="jobs"))
+    text = m.to_json(specs)
+    assert "pickle" not in text and '"type":"Custom"' in text
+    assert m.from_json(text) == specs
+    with pytest.raises(ConfigError, match="unknown metric type"):
+        m.from_json('[{"type": "Bogus", "interval": 1}]')
+    with pytest.raises(ConfigError, match="interval"):
+        m.from_json('[{"type": "CPU", "interval": 0}]')

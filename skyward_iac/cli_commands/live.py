@@ -1,0 +1,223 @@
+"""``skyward-iac ls``, ``down`` and ``logs``: the stacks that hold resources right now.
+
+``ls`` lists them (age, nodes, cost so far, expiry, whether their owner still runs), ``down``
+destroys one now, ``logs`` prints its nodes' agent logs, read over SSH with the host keys the
+stack pinned (Local nodes run a real sshd too, so every provider takes the same path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import socket
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+#: Exit codes every command uses (documented in docs/operations.md).
+OK, ERROR, USAGE, NOT_FOUND, REFUSED = 0, 1, 2, 3, 4
+#: The node files ``logs`` prints (under each node's workdir).
+LOG_FILES = ("log/agent.log",)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStack:
+    """One stack holding resources, as ``ls`` shows it."""
+
+    stack: str
+    provider: str
+    owner: str
+    nodes: int
+    resources: int
+    created_at: str | None
+    age_s: float | None
+    cost_usd: float
+    expires_at: str
+    owner_running: bool
+
+
+def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
+             owner_running: bool) -> LiveStack:
+    """``ls``'s row for a stack from its tags: age and cost so far are measured to ``now``."""
+    created = tags.get("created_at")
+    age = (now - datetime.fromisoformat(created)).total_seconds() if created else None
+    hourly = float(tags.get("usd_per_hour", 0) or 0)
+    return LiveStack(
+        stack=name, provider=tags.get("provider", "?"), owner=tags.get("owner", "?"),
+        nodes=int(tags.get("nodes", 0) or 0), resources=resources, created_at=created,
+        age_s=round(age, 1) if age is not None else None,
+        cost_usd=round(hourly * max(age or 0.0, 0.0) / 3600, 4),
+        expires_at=tags.get("expires_at", "never"), owner_running=owner_running,
+    )
+
+
+def human_age(seconds: float | None) -> str:
+    """``42s``, ``7m``, ``3h12m``, ``2d4h``; ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    seconds = int(max(seconds, 0))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
+
+
+def owner_running(tags: dict[str, str]) -> bool:
+    """Whether the process that created the stack still runs (on this host)."""
+    from skyward_iac.infra import gc
+
+    return not gc.owner_gone(tags, socket.gethostname(), gc.pid_alive)
+
+
+def live_stacks(now: datetime | None = None) -> list[LiveStack]:
+    """Every stack that holds resources, newest first."""
+    from skyward_iac.infra.stack import list_records
+
+    now = now or datetime.now(UTC)
+    rows = [describe(r.name, r.tags, r.resource_count, now, owner_running(r.tags))
+            for r in list_records(only_live=True) if r.resource_count]
+    return sorted(rows, key=lambda row: row.created_at or "", reverse=True)
+
+
+def add_commands(commands: Any) -> None:
+    """Register ``ls``, ``down`` and ``logs`` on the CLI's sub-command parser."""
+    ls = commands.add_parser(
+        "ls", help="live stacks: age, nodes, cost so far, expiry",
+        description="List the stacks that hold resources now, newest first.")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(run=run_ls)
+    down = commands.add_parser(
+        "down", help="destroy one stack now",
+        description="Destroy a stack's resources now (its record and history stay). Destroying "
+                    "a stack that is already down does nothing and succeeds. A stack whose "
+                    f"owning process still runs is refused (exit code {REFUSED}) unless --force.")
+    down.add_argument("stack", help="stack name, as `skyward-iac ls` prints it")
+    down.add_argument("--force", action="store_true",
+                      help="destroy even if the process that created it still runs")
+    down.set_defaults(run=run_down)
+    logs = commands.add_parser(
+        "logs", help="the agent logs of a live stack's nodes",
+        description="Print each node's agent log, read over SSH with the stack's pinned host "
+                    "keys; lines are prefixed with [node N].")
+    logs.add_argument("stack", help="stack name, as `skyward-iac ls` prints it")
+    logs.add_argument("--node", type=int, metavar="N", help="only node N (default: every node)")
+    logs.add_argument("--lines", type=int, default=200, metavar="K",
+                      help="the last K lines of each log (default 200)")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing new lines until interrupted (Ctrl-C)")
+    logs.set_defaults(run=run_logs, parser=logs)
+
+
+def run_ls(args: argparse.Namespace) -> int:
+    rows = live_stacks()
+    if args.json:
+        print(json.dumps([asdict(row) for row in rows], indent=2))
+        return OK
+    if not rows:
+        print("no live stacks")
+        return OK
+    print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'COST':>9}  {'EXPIRES':<25} OWNER")
+    for row in rows:
+        state = "running" if row.owner_running else "gone"
+        print(f"{row.stack:<44} {row.nodes:>5} {human_age(row.age_s):>7} "
+              f"${row.cost_usd:>8.4f}  {row.expires_at:<25} {row.owner} ({state})")
+    return OK
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from skyward_iac.infra.stack import ClusterStack
+
+    stack = ClusterStack.select(args.stack)  # StackNotFoundError: exit code 3
+    if stack.resource_count() == 0:
+        print(f"{args.stack} is already down")
+        return OK
+    tags = stack.tags()
+    if owner_running(tags) and not args.force:
+        print(f"skyward-iac: {args.stack} belongs to a running process (pid {tags.get('pid')} "
+              f"on {tags.get('host')}); close its pool, or pass --force to destroy it anyway",
+              file=sys.stderr)
+        return REFUSED
+    stack.clear_crash_leftovers()
+    stack.destroy(message="skyward-iac down" + (" --force" if args.force else ""))
+    print(f"{args.stack} destroyed")
+    return OK
+
+
+class PrefixedLines:
+    """A text sink that writes each complete line to ``target`` as ``[node N] line``."""
+
+    def __init__(self, node: int, target: TextIO, lock: threading.Lock) -> None:
+        self.prefix = f"[node {node}] "
+        self.target = target
+        self.lock = lock
+        self.partial = ""
+
+    def write(self, text: str) -> int:
+        head, newline, self.partial = (self.partial + text).rpartition("\n")
+        if newline:
+            with self.lock:
+                self.target.write("".join(self.prefix + line + "\n"
+                                          for line in head.split("\n")))
+                self.target.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self.partial:
+            self.write("\n")
+
+
+def tail_command(workdir: str, lines: int, follow: bool) -> str:
+    """The shell command printing a node's logs (``tail -F`` keeps following rotations)."""
+    files = " ".join(shlex.quote(f"{workdir}/{name}") for name in LOG_FILES)
+    return f"tail -q -n {lines} {'-F' if follow else ''} {files}"
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.remote import ssh
+
+    if args.lines < 0:
+        args.parser.error(f"--lines must be >= 0, got {args.lines}")
+    stack = ClusterStack.select(args.stack)
+    if stack.resource_count() == 0:
+        print(f"skyward-iac: {args.stack} is down; it has no nodes to read logs from",
+              file=sys.stderr)
+        return NOT_FOUND
+    outputs = stack.outputs()
+    nodes = [n for n in outputs.nodes if args.node is None or n.index == args.node]
+    if not nodes:
+        args.parser.error(f"--node {args.node}: {args.stack} has nodes "
+                          f"{', '.join(str(n.index) for n in outputs.nodes)}")
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def read(node: Any) -> None:
+        sink = PrefixedLines(node.index, sys.stdout, lock)
+        try:
+            with ssh.connect(node, outputs.ssh_private_key, timeout=20) as conn:
+                result = conn.run(tail_command(node.workdir, args.lines, args.follow),
+                                  out_stream=sink, err_stream=sink, warn=True, in_stream=False)
+            sink.flush()
+            if result.exited != 0:
+                failures.append(f"node {node.index}: tail exited {result.exited}")
+        except Exception as exc:  # noqa: BLE001 - one node's failure is reported, others go on
+            failures.append(f"node {node.index}: {exc}")
+
+    threads = [threading.Thread(target=read, args=(node,), daemon=True) for node in nodes]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # a short join keeps Ctrl-C responsive
+    except KeyboardInterrupt:
+        return OK
+    for failure in failures:
+        print(f"skyward-iac: {failure}", file=sys.stderr)
+    return ERROR if failures else OK
