@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,11 +39,16 @@ def run_gc(args: argparse.Namespace) -> int:
     return 1 if any(a.action == "failed" for a in actions) else 0
 
 
-def run_summary(name: str, tags: dict[str, str], resources: int) -> dict[str, Any]:
-    """One run as ``history`` shows it: when, who, what, how long, cost, how it ended."""
+def run_summary(name: str, tags: dict[str, str], resources: int,
+                updates: Sequence[Any] | None = None) -> dict[str, Any]:
+    """One run as ``history`` shows it: when, who, what, how long, cost, how it ended.
+
+    ``updates``: the stack's update history, newest first (read through the CLI when None).
+    """
     from skyward_iac.infra.stack import ClusterStack
 
-    updates = ClusterStack.select(name).history()
+    if updates is None:
+        updates = ClusterStack.select(name).history()
     started = datetime.fromisoformat(tags["created_at"]) if "created_at" in tags else None
     destroy = next((u for u in updates if u.kind == "destroy"), None)
     ended = destroy.end_time if destroy and destroy.end_time else None
@@ -66,12 +72,25 @@ def run_summary(name: str, tags: dict[str, str], resources: int) -> dict[str, An
     }
 
 
-def run_history(args: argparse.Namespace) -> int:
-    from skyward_iac.infra.stack import list_records
+def run_history_records(limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` runs as plain records; from the file backend's files when
+    possible (no engine command per stack), else through the CLI."""
+    from skyward_iac.infra import home, state_files
+    from skyward_iac.infra.stack import PROJECT, list_records, skyward_tags
 
-    records = [r for r in list_records() if "created_at" in r.tags]
-    records.sort(key=lambda r: r.tags["created_at"], reverse=True)
-    runs = [run_summary(r.name, r.tags, r.resource_count) for r in records[: args.limit]]
+    stored = state_files.read_stacks(home.state_dir(), PROJECT)
+    runs: list[tuple[str, dict[str, str], int, Sequence[Any] | None]]
+    if stored is not None:
+        runs = [(s.name, skyward_tags(s.tags), s.resource_count, s.updates) for s in stored]
+    else:
+        runs = [(r.name, r.tags, r.resource_count, None) for r in list_records()]
+    runs = [run for run in runs if "created_at" in run[1]]
+    runs.sort(key=lambda run: run[1]["created_at"], reverse=True)
+    return [run_summary(*run) for run in runs[:limit]]
+
+
+def run_history(args: argparse.Namespace) -> int:
+    runs = run_history_records(args.limit)
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0

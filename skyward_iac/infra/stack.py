@@ -14,7 +14,7 @@ import re
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +25,7 @@ import pulumi.automation as auto
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
 from skyward_iac.api.volumes import VolumeKeys, keys_from_outputs
-from skyward_iac.infra import engine, home
+from skyward_iac.infra import engine, home, state_files
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.processes import is_alive
 
@@ -157,6 +157,12 @@ def encode_tags(tags: Mapping[str, str]) -> dict[str, str]:
     return {**separate, RUN_TAG: json.dumps(rest, separators=(",", ":"), sort_keys=True)}
 
 
+def skyward_tags(stored: Mapping[str, str]) -> dict[str, str]:
+    """The skyward tags among a stack's stored tags, without their prefix, decoded."""
+    return decode_tags(
+        {k.removeprefix(TAG_PREFIX): v for k, v in stored.items() if k.startswith(TAG_PREFIX)})
+
+
 def decode_tags(stored: Mapping[str, str]) -> dict[str, str]:
     """The inverse of ``encode_tags`` (tolerates stacks without a ``run`` tag)."""
     tags = {k: v for k, v in stored.items() if k != RUN_TAG}
@@ -235,15 +241,27 @@ class ClusterStack:
 
     def up(self, on_output: Callable[[str], Any] | None = None, refresh: bool = False,
            message: str | None = None,
-           on_event: Callable[[auto.EngineEvent], Any] | None = None) -> ClusterOutputs:
+           on_event: Callable[[auto.EngineEvent], Any] | None = None,
+           replace_nodes: Sequence[int] = ()) -> ClusterOutputs:
         """Provision (or converge) the stack and return its outputs; ``refresh`` first reads
-        every resource back, so a node that vanished is noticed and created again."""
+        every resource back, so a node that vanished is noticed and created again;
+        ``replace_nodes`` are recreated even though they still exist (unhealthy, preempted)."""
         try:
             result = self._stack.up(on_output=on_output or log.debug, color="never",
-                                    refresh=refresh, message=message, on_event=on_event)
+                                    refresh=refresh, message=message, on_event=on_event,
+                                    replace=self._node_urns(replace_nodes) or None)
         except auto.errors.CommandError as exc:
             raise _engine_error("up", self.name, exc) from None
         return _parse_outputs(result.outputs)
+
+    def _node_urns(self, indexes: Sequence[int]) -> list[str]:
+        """The URNs of the instances declared as ``node-<index>`` (every provider names them so)."""
+        if not indexes:
+            return []
+        names = {f"node-{index}" for index in indexes}
+        resources = (self._stack.export_stack().deployment or {}).get("resources", [])
+        return [r["urn"] for r in resources
+                if r.get("urn", "").rsplit("::", 1)[-1] in names and not r.get("delete")]
 
     def set_request(self, request: ClusterRequest) -> None:
         """Declare ``request`` from now on (e.g. another node count); the next ``up`` applies it."""
@@ -343,19 +361,20 @@ class ClusterStack:
 
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""
-        tags = self._stack.workspace.list_tags(self.name)
-        return decode_tags(
-            {k.removeprefix(TAG_PREFIX): v for k, v in tags.items() if k.startswith(TAG_PREFIX)}
-        )
+        return skyward_tags(self._stack.workspace.list_tags(self.name))
 
 
 def list_records(only_live: bool = False) -> list[StackRecord]:
     """Every skyward stack in the backend with its tags and resource count (gc, history).
 
     ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each.
+    The file backend's records are read from disk when their layout is known (no command).
     """
     from skyward_iac.infra.gc import StackRecord
 
+    stored = state_files.read_stacks(home.state_dir(), PROJECT)
+    if stored is not None:
+        return [StackRecord(s.name, skyward_tags(s.tags), s.resource_count) for s in stored]
     options = _workspace_options()
     workspace = auto.LocalWorkspace(
         work_dir=options.work_dir, pulumi_command=options.pulumi_command,
@@ -366,9 +385,7 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
         name, count = summary.name.rsplit("/", 1)[-1], summary.resource_count or 0
         tags: dict[str, str] = {}
         if count or not only_live:
-            stored = workspace.list_tags(name)
-            tags = decode_tags({k.removeprefix(TAG_PREFIX): v for k, v in stored.items()
-                                if k.startswith(TAG_PREFIX)})
+            tags = skyward_tags(workspace.list_tags(name))
         records.append(StackRecord(name, tags, count))
     return records
 

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import Token
 from dataclasses import replace
 from types import TracebackType
@@ -26,7 +26,9 @@ from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
 from skyward_iac.api.volumes import volume_keys
 from skyward_iac.collections import context as collections_context
 from skyward_iac.infra import engine, gc, offers
+from skyward_iac.infra.cloud_credentials import require_credentials
 from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.spot_fallback import up_with_spot_fallback
 from skyward_iac.infra.stack import (
     ClusterOutputs,
     ClusterStack,
@@ -50,9 +52,13 @@ from skyward_iac.observability.events import (
 from skyward_iac.observability.logging import configure_logging
 from skyward_iac.orchestration.autoscaler import PoolLoad, desired_nodes
 from skyward_iac.orchestration.collections import ClientCollections, head_etcd_plan, node_config
+from skyward_iac.orchestration.health import HealthMonitor
 from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.orchestration.node import Node, plan_for
 from skyward_iac.orchestration.pool import Pool, print_output
+from skyward_iac.orchestration.preview import require_plugin
+from skyward_iac.plugins import _client as plugins
+from skyward_iac.plugins._plugin import Cluster
 from skyward_iac.remote.bootstrap import BootstrapPlan
 from skyward_iac.remote.volumes import mount_plan
 
@@ -107,6 +113,7 @@ def instance_infos(outputs: ClusterOutputs, spec: Spec, job_id: str) -> list[Ins
             node=node.index, total_nodes=len(outputs.nodes), head_addr=peers[0].private_ip,
             head_port=HEAD_PORT, job_id=job_id, peers=peers, accelerators=per_node,
             total_accelerators=per_node * len(outputs.nodes),
+            workers_per_node=plugins.workers_per_node(spec.plugins),
         )
         for node in outputs.nodes
     ]
@@ -132,6 +139,17 @@ class Compute:
         self.on_output = on_output
         self.node_count = self.spec.nodes.desired
         self.stack_name = new_stack_name(self.spec)
+        # Plugins edit the image and name their bootstrap steps now: a failing hook (named in
+        # the PluginError) stops the pool before anything is provisioned.
+        self.spec = plugins.transformed_spec(self.spec, self.stack_name, self.node_count)
+        self._plugin_steps = plugins.bootstrap_steps(self.spec, self.stack_name, self.node_count)
+        plugins.check_workers(self.spec.plugins, self.options.worker)
+        # Bootstrap steps reach the event bus (created below) as BootstrapPhase events.
+        self._start_node = functools.partial(Node.start,
+                                             plugins=plugins.node_plugins(self.spec.plugins),
+                                             on_event=lambda event: self.events.emit(event),
+                                             stack=self.stack_name)
+        self._client_plugins = contextlib.ExitStack()
         # Keys given as callables are resolved once, here; the stack keeps them as secrets.
         keys = volume_keys(self.spec.volumes, self.spec.provider.kind)
         self.request = ClusterRequest(self.stack_name, self.spec, self.node_count,
@@ -145,6 +163,10 @@ class Compute:
         #: Seconds spent in each phase: create, up, nodes (SSH + bootstrap + agent), destroy.
         self.timings: dict[str, float] = {}
         self._heartbeat: Heartbeat | None = None
+        self._health: HealthMonitor | None = None
+        #: Nodes still bootstrapping when the pool became ready (``Nodes.min``), in index order.
+        self._late: list[Future[Node]] = []
+        self._joined = threading.Event()
         self._ready_at: float | None = None
         #: Every event of this pool; ``on_event`` and ``pool.on(...)`` subscribe to it.
         self.events = EventBus()
@@ -158,6 +180,9 @@ class Compute:
     def provision(self) -> Pool:
         """Create and bring up the stack and its nodes; on any failure destroy it again."""
         started = time.monotonic()
+        # A cloud's provider plugin and credentials are checked before any stack exists.
+        require_plugin(self.spec.provider.kind)
+        require_credentials(self.spec.provider.kind)
         configure_logging(self.options.logging)
         self._release_console = acquire_console(self.options.console, self.events)
         accelerator = self.spec.accelerator
@@ -178,8 +203,10 @@ class Compute:
                 self.stack = ClusterStack.create(self.request, tags)
             log.info("stack %s: bringing up %d node(s)", self.stack_name, self.node_count)
             with self._phase("up"):
-                outputs = self.stack.up(on_event=EngineEventTranslator(
-                    self.stack_name, "up", self.events.emit))
+                # Nodes refused for spot capacity are retried on demand (spot-if-available).
+                outputs, self.request = up_with_spot_fallback(
+                    self.stack, self.request,
+                    EngineEventTranslator(self.stack_name, "up", self.events.emit))
             self.events.emit(ClusterProvisioned(stack=self.stack_name, nodes=self.node_count,
                                                 duration=self.timings["up"]))
             with self._phase("nodes"):
@@ -191,16 +218,28 @@ class Compute:
                 self.pool.resizer = self.resize
                 if self.spec.ttl:
                     self._heartbeat = Heartbeat(nodes, self.spec.ttl)
+                if self.options.health_checker is not None:
+                    self._health = HealthMonitor(
+                        self.options.health_checker, nodes, self.options.worker.concurrency,
+                        skip=self.pool.lost.__contains__, on_unhealthy=self._unhealthy)
                 if self._elastic:
                     threading.Thread(target=self._autoscale, name="skyward-autoscaler",
                                      daemon=True).start()
+            self._client_plugins.enter_context(plugins.around_client(
+                self.spec.plugins, self.pool, Cluster(self.stack_name, self.spec, self.node_count)))
         except BaseException as exc:
             self.events.emit(Error(stack=self.stack_name, message=str(exc) or repr(exc),
                                    fatal=True))
             self.teardown(ending(exc))
             raise
         self._ready_at = time.monotonic()
-        self.events.emit(ClusterReady(stack=self.stack_name, nodes=self.node_count,
+        if self._late:
+            threading.Thread(target=self._join_late, args=(self._late,), name="skyward-join",
+                             daemon=True).start()
+        else:
+            self._joined.set()
+        ready = len(self.pool.nodes) if self.pool is not None else self.node_count
+        self.events.emit(ClusterReady(stack=self.stack_name, nodes=ready,
                                       duration=self._ready_at - started,
                                       hourly_usd=self._usd_per_hour()))
         log.info("pool %s ready in %.1fs (%s)", self.stack_name, time.monotonic() - started,
@@ -210,59 +249,96 @@ class Compute:
     def _start_nodes(self, outputs: ClusterOutputs) -> list[Node]:
         infos = instance_infos(outputs, self.spec, self.stack_name)
         collections = node_config(outputs, self.stack_name)
-        with ThreadPoolExecutor(max_workers=len(outputs.nodes)) as threads:
-            futures = [
-                threads.submit(
-                    Node.start, address, outputs,
-                    self._plan(address, outputs),
-                    self.options.ssh_timeout, infos[address.index], self.on_output, collections,
-                    self._lost,
-                )
-                for address in outputs.nodes
-            ]
-            nodes, errors = [], []
-            for future in futures:
-                try:
-                    nodes.append(future.result())
-                except BaseException as exc:  # noqa: BLE001 - collected, the first is raised
-                    errors.append(exc)
+        threads = ThreadPoolExecutor(max_workers=len(outputs.nodes))
+        futures = [
+            threads.submit(
+                self._start_node, address, outputs,
+                self._plan(address, outputs),
+                self.options.ssh_timeout, infos[address.index], self.on_output, collections,
+                self._lost,
+            )
+            for address in outputs.nodes
+        ]
+        threads.shutdown(wait=False)
+        # Partial readiness: the pool is ready once its first ``min`` nodes are (by index: the
+        # head first, and a pool's nodes are contiguous); the others join as they come.
+        ready = min(self.spec.nodes.min or len(futures), len(futures))
+        nodes, errors = _results(futures[:ready])
         if errors:
+            nodes += _results(futures[ready:])[0]  # none left running unseen
             for node in nodes:
                 node.close()
             raise errors[0]
+        late = futures[ready:]
+        while late and late[0].done() and late[0].exception() is None:
+            nodes.append(late.pop(0).result())
+        self._late = late
         return nodes
+
+    def _join_late(self, late: list[Future[Node]]) -> None:
+        """Put the nodes still bootstrapping at readiness in service as they come, in index
+        order; one that fails is reported and ends the joining (the pool keeps its nodes).
+        No resize runs before it is done (``_joined``): the stack still declares them all."""
+        try:
+            for position, future in enumerate(late):
+                try:
+                    node = future.result()
+                except Exception as exc:  # noqa: BLE001 - reported; the pool works without it
+                    log.error("stack %s: a late node failed to start: %s", self.stack_name, exc)
+                    self.events.emit(Error(stack=self.stack_name,
+                                           message=f"a late node failed to start: {exc}"))
+                    for later in late[position + 1:]:
+                        later.add_done_callback(_close_started)
+                    return
+                with self._replacing:
+                    pool = self.pool
+                    if pool is None or self._stopping.is_set():
+                        node.close()
+                        continue
+                    pool.add(node)
+                log.info("stack %s: node %d joined (%d ready)", self.stack_name,
+                         node.address.index, pool.current_nodes())
+        finally:
+            self._joined.set()
 
     def _plan(self, address: NodeAddress, outputs: ClusterOutputs) -> BootstrapPlan:
         """How to bootstrap ``address``: etcd on the head, this pool's volumes everywhere."""
         region = None if self.spec.provider.kind == "local" else self.choice.offer.region
         volumes = mount_plan(self.spec.volumes, self.spec.provider.kind, outputs.volume_keys,
                              region=region)
-        return plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes)
+        plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes)
+        return replace(plan, steps=plan.steps + self._plugin_steps)
 
     def _lost(self, index: int) -> None:
         if self.pool is not None:
             self.pool.node_lost(index)
 
-    def _node_lost(self, index: int) -> None:
-        log.warning("stack %s: node %d lost; replacing it", self.stack_name, index)
-        self.events.emit(InstancePreempted(stack=self.stack_name, node=index,
-                                           reason="connection to the node was lost"))
-        threading.Thread(target=self._replace, args=(index,), name=f"replace-node-{index}",
+    def _unhealthy(self, index: int, reason: str) -> None:
+        if self.pool is not None:
+            self.pool.node_lost(index, reason, alive=True)
+
+    def _node_lost(self, index: int, reason: str, alive: bool = False) -> None:
+        log.warning("stack %s: node %d out of service (%s); replacing it", self.stack_name,
+                    index, reason)
+        self.events.emit(InstancePreempted(stack=self.stack_name, node=index, reason=reason))
+        threading.Thread(target=self._replace, args=(index, alive), name=f"replace-node-{index}",
                          daemon=True).start()
 
-    def _replace(self, index: int) -> None:
+    def _replace(self, index: int, alive: bool = False) -> None:
         """Bring node ``index`` back through a stack update (refresh notices it is gone, the
-        update creates it again), bootstrap it, and tell every peer the new addresses."""
+        update creates it again; an ``alive`` one, unhealthy or about to be preempted, is
+        recreated explicitly), bootstrap it, and tell every peer the new addresses."""
         with self._replacing:  # one stack update at a time
             stack, pool = self.stack, self.pool
             if stack is None or pool is None:
                 return
             try:
-                outputs = stack.up(refresh=True, message=f"skyward: replace node {index}")
+                outputs = stack.up(refresh=True, message=f"skyward: replace node {index}",
+                                   replace_nodes=(index,) if alive else ())
                 infos = instance_infos(outputs, self.spec, self.stack_name)
                 collections = node_config(outputs, self.stack_name)
                 address = outputs.nodes[index]
-                node = Node.start(address, outputs, self._plan(address, outputs),
+                node = self._start_node(address, outputs, self._plan(address, outputs),
                                   self.options.ssh_timeout, infos[index], self.on_output,
                                   collections, self._lost)
             except Exception as exc:  # noqa: BLE001 - reported; the pool keeps the other nodes
@@ -297,6 +373,7 @@ class Compute:
     def resize(self, target: int) -> None:
         """Grow or shrink the pool to ``target`` nodes (clamped to the spec's min/max) through
         a stack update: new nodes are bootstrapped and join; removed ones drain first."""
+        self._joined.wait()  # nodes still joining (partial readiness) are part of the stack
         with self._replacing:
             stack, pool = self.stack, self.pool
             if stack is None or pool is None:
@@ -314,7 +391,7 @@ class Compute:
             collections = node_config(outputs, self.stack_name)
             with ThreadPoolExecutor(max_workers=max(1, target - current)) as threads:
                 started = [
-                    threads.submit(Node.start, address, outputs,
+                    threads.submit(self._start_node, address, outputs,
                                    self._plan(address, outputs),
                                    self.options.ssh_timeout, infos[address.index],
                                    self.on_output, collections, self._lost)
@@ -336,6 +413,8 @@ class Compute:
             pool = self.pool
             if pool is None:
                 return
+            if not self._joined.is_set():
+                continue  # the pool is still forming
             queued, running = pool.load()
             now = time.monotonic()
             idle_since = (idle_since or now) if queued == running == 0 else None
@@ -355,9 +434,19 @@ class Compute:
         """Close the pool's connections and destroy the stack (the stack stays on record, its
         history saying ``how`` the run ended)."""
         self._stopping.set()
+        # A stack update under way (resize, replacement) finishes before the destroy starts.
+        if self._replacing.acquire(timeout=self.options.shutdown_timeout):
+            self._replacing.release()
+        try:
+            self._client_plugins.close()
+        except Exception as exc:  # noqa: BLE001 - the pool must still be destroyed
+            log.error("stack %s: a plugin's around_client failed on exit: %s", self.stack_name, exc)
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
+        if self._health is not None:
+            self._health.stop()
+            self._health = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -490,6 +579,22 @@ class MultiPool:
 
     def __exit__(self, *exc: object) -> None:
         _teardown_all(list(self.computes))
+
+
+def _results(futures: list[Future[Node]]) -> tuple[list[Node], list[BaseException]]:
+    """Wait for node starts: the nodes that started, and the errors of those that did not."""
+    nodes, errors = [], []
+    for future in futures:
+        try:
+            nodes.append(future.result())
+        except BaseException as exc:  # noqa: BLE001 - collected, the caller raises the first
+            errors.append(exc)
+    return nodes, errors
+
+
+def _close_started(future: Future[Node]) -> None:
+    if future.exception() is None:
+        future.result().close()
 
 
 def _teardown_all(computes: list[Compute]) -> None:
