@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from skyward_iac import plugins
 from skyward_iac.api import accelerators, time
 from skyward_iac.api import storage_presets as storage
 from skyward_iac.api.errors import (
@@ -24,6 +25,7 @@ from skyward_iac.api.errors import (
     NoActivePoolError,
     NodeConnectionError,
     ObjectNotFoundError,
+    PluginError,
     ProvisionError,
     RemoteError,
     SkywardError,
@@ -39,6 +41,7 @@ from skyward_iac.api.function import (
     function,
     gather,
 )
+from skyward_iac.api.health import HealthChecker
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.runtime import (
     AcceleratorInfo,
@@ -54,7 +57,8 @@ from skyward_iac.api.runtime import (
     stderr,
     stdout,
 )
-from skyward_iac.api.spec import Image, Nodes, Options, Spec, Worker
+from skyward_iac.api.sampler import DistributedSampler
+from skyward_iac.api.spec import Image, Nodes, Options, PipIndex, Spec, Worker
 from skyward_iac.api.storage import Storage
 from skyward_iac.api.volumes import Volume
 from skyward_iac.observability import metrics
@@ -95,10 +99,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DistributedSampler", "PluginError", "plugins",
     "AWS", "AcceleratorInfo", "BootstrapError", "CallbackWriter", "Compute", "ConfigError",
-    "EngineNotFoundError", "Function", "GCP", "HostKeyMismatchError", "Image", "InstanceInfo",
+    "EngineNotFoundError", "Function", "GCP", "HealthChecker", "HostKeyMismatchError", "Image",
+    "InstanceInfo",
     "Local", "MultiPool", "NetworkInfo", "NoActivePoolError", "NodeConnectionError", "Nodes",
-    "Options", "PeerInfo", "PendingFunction", "PendingFunctionGroup", "Pool", "ProvisionError",
+    "Options", "PeerInfo", "PendingFunction", "PendingFunctionGroup", "PipIndex", "Pool",
+    "ProvisionError",
     "RemoteError", "Session", "SkywardError", "Spec", "StackNotFoundError", "Worker",
     "WorkerCrashedError", "__version__", "accelerators", "function", "gather", "instance_info",
     "is_head", "pool", "redirect_output", "shard", "silent", "stderr", "stdout", "time",

@@ -90,3 +90,7 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
 class StorageAccessDeniedError(StorageError, PermissionError):
     """The endpoint refused the credentials or the operation; also a ``PermissionError``."""
+
+
+class PluginError(SkywardError):
+    """A plugin's hook failed; the message names the plugin and the hook."""

@@ -6,15 +6,21 @@ provisioned. Use :func:`validated` to turn pydantic's errors into one readable `
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.health import HealthChecker
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.volumes import Volume, check_volumes
+from skyward_iac.observability import metrics as metrics_module
 from skyward_iac.observability.logging import LogConfig
+from skyward_iac.observability.metrics import MetricSpec
+from skyward_iac.remote.includes import check_includes
 
 AllocationStrategy = Literal["spot-if-available", "spot", "on-demand", "cheapest"]
 Architecture = Literal["x86_64", "arm64"]
@@ -41,12 +47,58 @@ class Nodes(_Frozen):
         return self
 
 
+class PipIndex(_Frozen):
+    """A package index for some packages only: ``packages`` are installed from ``url`` (first),
+    their dependencies that index lacks from the default one."""
+
+    url: str
+    packages: tuple[str, ...] = Field(min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _index_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://", "file://")):
+            raise ValueError(f"PipIndex.url must be an http(s):// or file:// URL, got {value!r}")
+        return value
+
+    @field_validator("packages")
+    @classmethod
+    def _package_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _all_match(value, _PACKAGE, "is not a package name (versions go in Image.pip, e.g. "
+                                    "'torch==2.5.1')")
+        return value
+
+
+#: A distribution name as PEP 508 spells it (the part before any version or extra).
+_PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+#: A Debian package name, optionally ``:arch`` and ``=version`` as apt-get takes them.
+_APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SkywardSource = Literal["auto", "local", "pypi", "github"]
+
+
+def _all_match(values: Iterable[str], pattern: re.Pattern[str], problem: str) -> None:
+    for value in values:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{value!r} {problem}")
+
+
 class Image(_Frozen):
-    """The node's Python environment, built by the bootstrap with uv."""
+    """The node's environment, built by the bootstrap: Python (uv), packages, files, variables.
+
+    Every field is described, with an example, in docs/guides/image.md.
+    """
 
     python: str = "auto"
     pip: tuple[str, ...] = ()
+    pip_indexes: tuple[PipIndex, ...] = ()
+    apt: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    shell_vars: dict[str, str] = Field(default_factory=dict)
+    includes: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+    skyward_source: SkywardSource = "auto"
+    metrics: tuple[MetricSpec, ...] | None = Field(default_factory=metrics_module.Default)
     bootstrap_timeout: int = Field(default=300, gt=0)
 
     @field_validator("python")
@@ -56,6 +108,59 @@ class Image(_Frozen):
         if value != "auto" and not (len(parts) == 2 and all(p.isdigit() for p in parts)):
             raise ValueError(f"python must be 'auto' or a version like '3.11', got {value!r}")
         return value
+
+    @field_validator("apt")
+    @classmethod
+    def _apt_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _all_match(value, _APT_PACKAGE, "is not a Debian package name (lowercase, e.g. 'ffmpeg' "
+                                        "or 'git=1:2.39.5-0+deb12u1')")
+        return value
+
+    @field_validator("env", "shell_vars")
+    @classmethod
+    def _variable_names(cls, value: dict[str, str]) -> dict[str, str]:
+        _all_match(value, _ENV_NAME, "is not an environment variable name (letters, digits "
+                                     "and _, not starting with a digit)")
+        return value
+
+    @field_validator("shell_vars")
+    @classmethod
+    def _commands(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, command in value.items():
+            if not command.strip():
+                raise ValueError(f"{name}: empty shell command")
+        return value
+
+    @field_validator("skyward_source")
+    @classmethod
+    def _reachable_source(cls, value: str) -> str:
+        if value == "github":
+            raise ValueError(
+                "skyward_source='github' is not available: skyward_iac has no public Git "
+                "repository nodes could install from. Use 'auto' or 'local' (ship the client's "
+                "installed package) or 'pypi' (install skyward_iac==<client version>)")
+        return value
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metric_specs(cls, value: object) -> tuple[MetricSpec, ...] | None:
+        return metrics_module.resolve(value)
+
+    @model_validator(mode="after")
+    def _includes_exist(self) -> Image:
+        check_includes(self.includes, self.excludes)
+        return self
+
+    @model_validator(mode="after")
+    def _one_index_per_package(self) -> Image:
+        seen: dict[str, str] = {}
+        for index in self.pip_indexes:
+            for package in index.packages:
+                name = re.sub(r"[-_.]+", "-", package).lower()
+                if seen.setdefault(name, index.url) != index.url:
+                    raise ValueError(f"pip_indexes: {package!r} is routed to both "
+                                     f"{seen[name]} and {index.url}; name it in one index only")
+        return self
 
 
 class Worker(_Frozen):
@@ -103,6 +208,8 @@ class Options(_Frozen):
         default=True, description="first destroy this machine's stacks whose owner is gone")
     cluster: bool | None = Field(
         default=None, description="False: no etcd and no collections for this pool")
+    health_checker: HealthChecker | None = Field(
+        default=None, description="a probe run on every node; nodes failing it are replaced")
 
     @property
     def collections(self) -> bool:
@@ -126,6 +233,16 @@ class Spec(_Frozen):
     max_hourly_cost: float | None = Field(default=None, gt=0)
     ttl: int = Field(default=600, ge=0, description="seconds a node outlives a silent client")
     volumes: tuple[Volume, ...] = ()
+    #: ``sky.plugins.Plugin`` objects (a list is accepted), applied in order; see
+    #: docs/guides/distributed-training.md.
+    plugins: tuple[Any, ...] = ()
+
+    @field_validator("plugins", mode="before")
+    @classmethod
+    def _plugins(cls, value: Any) -> Any:
+        from skyward_iac.plugins._client import check_plugins
+
+        return check_plugins(value)
 
     @field_validator("provider", mode="before")
     @classmethod

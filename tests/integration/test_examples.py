@@ -17,6 +17,11 @@ EXPECTED = {
     "async_tasks.py": "on the head node: 285",
     "shared_state.py": "processed: 60 of 60",
     "storage_checkpoint.py": "checkpoints downloaded: 2 of 2",
+    "torch_ddp.py": "parameters identical on 2 ranks: True",
+    "jax_distributed.py": "cross-process sum on every process: [30.0, 30.0]",
+    "sklearn_grid_search.py": "best params match the local run: True",
+    "elastic_pool.py": "grew to 3 and shrank back to 1",
+    "preemption_recovery.py": "node 1 serves again: 49",
 }
 
 
