@@ -19,8 +19,9 @@ from typing import Any, TextIO
 
 #: Exit codes every command uses (documented in docs/operations.md).
 OK, ERROR, USAGE, NOT_FOUND, REFUSED = 0, 1, 2, 3, 4
-#: The node files ``logs`` prints (under each node's workdir).
-LOG_FILES = ("log/agent.log",)
+#: The node files ``logs`` prints (under each node's workdir): the bootstrap's output, then
+#: the agent's.
+LOG_FILES = ("log/bootstrap.log", "log/agent.log")
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,12 +185,19 @@ def steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
     return [step for step in found if step is not None]
 
 
+#: sed's form of ``bootstrap_progress.redact``: ``https://user:pass@host`` -> ``https://***@host``.
+NODE_LOG_REDACTION = r"s#(://)[^/[:space:]:@]+:[^/[:space:]@]+@#\1***@#g"
+
+
 def script(plan: BootstrapPlan) -> str:
     """The bash script that prepares the node and prints ``::agent-port N`` at the end."""
     lines = [
         *_PREAMBLE,
         f"W={shlex.quote(plan.workdir)}",
         'cd "$W" && mkdir -p run log lib && chmod 700 "$W"',
+        # A copy of everything the bootstrap prints stays on the node for `skyward-iac logs`,
+        # with URL credentials hidden as the client hides them (bootstrap_progress.redact).
+        f"exec > >(sed -u -E {shlex.quote(NODE_LOG_REDACTION)} | tee -a log/bootstrap.log) 2>&1",
         'touch "$W/heartbeat"',
         # The Image's variables hold for every step (UV_*, PIP_* reach the installs) and the agent.
         *(f"export {name}={shlex.quote(value)}" for name, value in plan.env.items()),

@@ -207,3 +207,18 @@ def test_local_nodes_inherit_the_client_network_settings_and_image_env_wins(
     assert local.env["SSL_CERT_FILE"] == "/opt/mine.pem" and "SOME_SECRET" not in local.env
     cloud = plan_for(ADDRESS, sky.Spec(provider=sky.AWS(), image=image), sky.Options())
     assert cloud.env == {"SSL_CERT_FILE": "/opt/mine.pem"}  # a cloud node has its own network
+
+
+def test_the_node_keeps_a_redacted_copy_of_the_bootstrap_output(tmp_path: Path) -> None:
+    plan = BootstrapPlan(node=0, workdir=str(tmp_path), python="3.11")
+    text = script(plan)
+    head = text[:text.index('\ntouch "$W/heartbeat"')]  # preamble, cd, log redirection
+    process = subprocess.run(
+        ["bash", "-c", head + "\necho 'from https://me:s3cret@idx.example/simple'"
+                              "\necho 'to stderr' >&2\nexit 3"],
+        capture_output=True, text=True)
+    assert process.returncode == 3
+    kept = (tmp_path / "log" / "bootstrap.log").read_text()
+    assert "https://***@idx.example/simple" in kept and "to stderr" in kept
+    assert "s3cret" not in kept and "s3cret" not in process.stdout
+    assert "https://***@idx.example/simple" in process.stdout  # the client still sees it
