@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Literal
 
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.plugins._plugin import Cluster, Plugin
-from skyward_iac.plugins._support import environment, rendezvous_port, requirement, with_packages
+from skyward_iac.plugins._support import (
+    environment,
+    refreshing_environment,
+    rendezvous_port,
+    requirement,
+    with_packages,
+)
 
 if TYPE_CHECKING:
     from skyward_iac.api.spec import Image
@@ -32,6 +38,7 @@ def jax(*, cuda: str = "cu124", version: str = "latest") -> Plugin:
         Plugin.create("jax")
         .with_image_transform(functools.partial(_install_jax, cuda, version))
         .with_around_process(jax_environment)
+        .with_decorator(refreshing_environment(distributed_env))
     )
 
 

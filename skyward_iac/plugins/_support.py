@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import os
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from skyward_iac.api.errors import ConfigError
 
 if TYPE_CHECKING:
+    from skyward_iac.api.runtime import InstanceInfo
     from skyward_iac.api.spec import Image, PipIndex
 
 #: Rendezvous ports are picked in [BASE, BASE + SPAN): far from etcd's 2379/2380 and from the
@@ -70,3 +72,23 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def refreshing_environment(
+        env_for: Callable[[InstanceInfo], Mapping[str, str]],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A task decorator setting ``env_for(instance_info())`` before every call: a replaced
+    node (a new head address, say) reaches tasks in worker processes that outlive it."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def with_current_environment(*args: Any, **kwargs: Any) -> Any:
+            from skyward_iac.api.runtime import instance_info
+
+            if (info := instance_info()) is not None:
+                os.environ.update(env_for(info))
+            return fn(*args, **kwargs)
+
+        return with_current_environment
+
+    return decorate

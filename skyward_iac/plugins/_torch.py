@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.plugins._plugin import Cluster, Plugin
-from skyward_iac.plugins._support import environment, rendezvous_port, requirement, with_packages
+from skyward_iac.plugins._support import (
+    environment,
+    refreshing_environment,
+    rendezvous_port,
+    requirement,
+    with_packages,
+)
 
 if TYPE_CHECKING:
     from skyward_iac.api.spec import Image
@@ -38,6 +44,7 @@ def torch(*, backend: Backend | None = None, cuda: str = "cu128", version: str =
         Plugin.create("torch")
         .with_image_transform(functools.partial(_install, packages, backend, cuda))
         .with_around_process(torch_environment)
+        .with_decorator(refreshing_environment(distributed_env))
     )
 
 

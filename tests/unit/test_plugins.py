@@ -175,6 +175,29 @@ def test_torch_env_of_each_worker() -> None:
     assert os.environ.get("RANK") == before
 
 
+def test_torch_and_jax_tasks_see_the_current_head_after_a_replacement(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """around_process runs once per worker process; the task decorator re-reads the bound
+    InstanceInfo, so a replaced head's new address reaches later tasks."""
+    from skyward_iac.api import runtime
+
+    monkeypatch.setattr(runtime, "_process_instance", [])
+    for name in ("MASTER_ADDR", "JAX_COORDINATOR_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+
+    def addresses() -> tuple[str, str]:
+        return os.environ["MASTER_ADDR"], os.environ["JAX_COORDINATOR_ADDRESS"]
+
+    task = addresses
+    for plugin in (sky.plugins.torch(), sky.plugins.jax()):
+        task = plugin.decorate(task)  # type: ignore[misc]
+    runtime.bind_instance(info())
+    assert task()[0] == "10.0.0.1" and task()[1].startswith("10.0.0.1:")
+    moved = info().model_copy(update={"head_addr": "10.0.0.9"})
+    runtime.bind_instance(moved)
+    assert task()[0] == "10.0.0.9" and task()[1].startswith("10.0.0.9:")
+
+
 def test_an_image_setting_wins_over_the_plugin() -> None:
     spec = LOCAL.model_copy(update={"image": sky.Image(pip=["torch==2.4.0"],
                                                        env={"GLOO_SOCKET_IFNAME": "eth0"})})
