@@ -213,6 +213,18 @@ class Choice:
                 f"${self.cluster_hourly:.4f}/h")
 
 
+def hourly_cost(choice: Choice, nodes: int, on_demand_nodes: Iterable[int] = ()) -> float:
+    """USD/hour of ``nodes`` nodes of ``choice``: each at the choice's market price, except the
+    ``on_demand_nodes`` (moved on demand by the spot fallback) at the on-demand price."""
+    moved = len({index for index in on_demand_nodes if index < nodes})
+    if not moved or choice.market == "on-demand":
+        return choice.hourly * nodes
+    on_demand = choice.offer.price("on-demand")
+    if on_demand is None:
+        raise ValueError(f"{choice.offer.instance_type} has no on-demand price")
+    return choice.hourly * (nodes - moved) + on_demand * moved
+
+
 def market_for(allocation: AllocationStrategy, offer: Offer) -> Market | None:
     """The market ``allocation`` uses on ``offer``, None when the offer cannot serve it.
 

@@ -491,8 +491,11 @@ class Compute:
             log.warning("gc before start failed: %s", exc)
 
     def _usd_per_hour(self) -> float:
+        """The estimated USD/hour of the nodes the stack declares now, each at its market's
+        price (nodes the spot fallback moved on demand at the on-demand one)."""
         try:
-            return self.choice.hourly * self.choice.nodes
+            return offers.hourly_cost(self.choice, self.request.node_count,
+                                      self.request.on_demand_nodes)
         except Exception:  # noqa: BLE001 - an estimate only
             return 0.0
 

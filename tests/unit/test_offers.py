@@ -218,3 +218,12 @@ def test_estimate_scales_with_nodes_and_hours() -> None:
     choice = offers.select([spec(sky.GCP(), accelerator=A.L4(), nodes=3)], catalogs=CATALOGS)
     assert choice.estimate(hours=2) == pytest.approx(0.28 * 3 * 2)
     assert "gcp.l4" in str(choice) and "x 3" in str(choice)
+
+
+def test_hourly_cost_prices_nodes_the_fallback_moved_on_demand() -> None:
+    choice = offers.select([spec(sky.GCP(), accelerator=A.L4(), nodes=3)], catalogs=CATALOGS)
+    assert choice.market == "spot"
+    assert offers.hourly_cost(choice, 3) == pytest.approx(0.28 * 3)
+    # node 1 went on demand (0.70); an index beyond the pool's size does not count
+    assert offers.hourly_cost(choice, 3, {1, 7}) == pytest.approx(0.28 * 2 + 0.70)
+    assert offers.hourly_cost(choice, 5) == pytest.approx(0.28 * 5)  # after a resize
