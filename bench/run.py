@@ -188,7 +188,10 @@ def main() -> None:
     parser.add_argument("--cold-nodes", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--cold-repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument("--console", default=True, choices=["log", "minimal", "silent"],
+                        help="skyward's Options.console (default: True, the log console here)")
     args = parser.parse_args()
+    Skyward.console = args.console
     figures = set(args.figures)
     # Dask warns that a 100 MB argument makes a large graph: that is the figure being measured.
     warnings.filterwarnings("ignore", message="Sending large graph")

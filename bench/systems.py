@@ -25,6 +25,9 @@ class Skyward:
     """A Local pool of ``workers`` nodes (real engine, sshd and agents), one slot per node."""
 
     name = "skyward"
+    #: ``Options.console`` of the measured pool (``run.py --console``): the default shows the
+    #: log console, since the bench's stderr is a pipe.
+    console: bool | str = True
 
     def __init__(self, buffer: int = SKYWARD_BUFFER, packages: list[str] | None = None) -> None:
         self.buffer = buffer
@@ -35,7 +38,8 @@ class Skyward:
     def start(self, workers: int = 2) -> None:
         import skyward_iac as sky
 
-        options = sky.Options(worker=sky.Worker(concurrency=1, buffer=self.buffer))
+        options = sky.Options(worker=sky.Worker(concurrency=1, buffer=self.buffer),
+                              console=self.console)
         compute = sky.Compute(provider=sky.Local(), nodes=workers, options=options,
                               image=sky.Image(pip=tuple(self.packages)))
         self.pool = compute.__enter__()  # a failed start destroys its own stack

@@ -81,8 +81,8 @@ _LAZY = {
         "Event", "ClusterRequested", "ClusterProvisioned", "ClusterReady", "ClusterDestroyed",
         "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
         "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole",
-        "TaskQueued", "TaskStarted", "TaskCompleted", "Metric", "Log", "Error", "StackProgress",
-        "StackPreviewed", "StackUpdated", "StackDestroyed",
+        "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error",
+        "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
     )},
     # The collections load the etcd client (gRPC) only when first used.
     **{name: "skyward_iac.collections.context"
@@ -115,6 +115,7 @@ __all__ = [
     "LogConfig", "Event", "ClusterRequested", "ClusterProvisioned", "ClusterReady",
     "ClusterDestroyed", "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped",
     "InstancePreempted", "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase",
-    "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "Metric", "Log", "Error",
+    "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric",
+    "Log", "Error",
     "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
 ]

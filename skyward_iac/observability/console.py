@@ -42,8 +42,7 @@ from skyward_iac.observability.events import (
     StackProgress,
     StackUpdated,
     TaskCompleted,
-    TaskQueued,
-    TaskStarted,
+    TaskProgress,
 )
 from skyward_iac.observability.logging import redact
 from skyward_iac.observability.view import PoolView, StackView
@@ -55,11 +54,9 @@ ConsoleMode = Literal["rich", "log", "minimal", "silent"]
 MODES: tuple[str, ...] = ("rich", "log", "minimal", "silent")
 #: How often the log console prints a node's metrics (they arrive every second or so).
 METRICS_EVERY = 30.0
-#: Task lines (started, done) the log console prints per second and pool; past that it prints
-#: a count line every ``TASK_SUMMARY_EVERY`` seconds instead (a 10,000-task ``map`` must not
-#: print 20,000 lines, nor spend its time formatting them). Failures are always printed.
-TASK_LINES_PER_SECOND = 10
-TASK_SUMMARY_EVERY = 5.0
+#: How often the log console prints a pool's task counts while tasks run (one line per task
+#: would flood a 10,000-task ``map``); the final counts and failures are always printed.
+PROGRESS_EVERY = 5.0
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -158,8 +155,12 @@ class Console:
         return self
 
     def attach(self, bus: EventBus) -> Subscription:
-        """Render ``bus``'s events too; cancel the returned subscription to stop."""
-        subscription = bus.subscribe(self.handle)
+        """Render ``bus``'s events too; cancel the returned subscription to stop.
+
+        A summary subscription: task counts come from ``TaskProgress``, so the pool builds no
+        per-task events for a console.
+        """
+        subscription = bus.subscribe(self.handle, summary=True)
         self._subscriptions.append(subscription)
         return subscription
 
@@ -206,17 +207,11 @@ class LogConsole(Console):
         self.stream = stream
         self.show_logs = show_logs
         self._metrics_printed: dict[tuple[str, int], float] = {}
-        #: Per stack: (second, task lines printed in it, lines skipped, last summary time).
-        self._task_lines: dict[str, tuple[int, int, int, float]] = {}
+        #: Per stack: when task counts were last printed, and what they were.
+        self._progress_printed: dict[str, tuple[float, tuple[int, ...]]] = {}
 
     def _render(self, event: Event, view: StackView | None) -> None:
-        if isinstance(event, TaskQueued):
-            return  # the hot path of a large map: not even a look at describe()
-        if isinstance(event, TaskStarted | TaskCompleted) and not (
-                isinstance(event, TaskCompleted) and not event.success):
-            text = self._task_line(event, view)
-        else:
-            text = self.describe(event, view)
+        text = self.describe(event, view)
         if text is None:
             return
         if len(self.view.active()) > 1 and view is not None:
@@ -280,12 +275,9 @@ class LogConsole(Console):
                 return f"node {event.node}: replaced by a new instance {event.instance_id}".rstrip()
             case InstanceDestroyed():
                 return f"node {event.node}: destroyed"
-            case TaskStarted():
-                return f"task {event.task_id} {event.name} started on node {event.node}"
-            case TaskCompleted(success=True):
-                return (f"task {event.task_id} {event.name} done on node {event.node} in "
-                        f"{seconds(event.duration)}")
-            case TaskCompleted():
+            case TaskProgress():
+                return self._progress_line(event)
+            case TaskCompleted(success=False):
                 return (f"task {event.task_id} {event.name} FAILED on node {event.node} after "
                         f"{seconds(event.duration)}: {event.error}")
             case Metric():
@@ -307,23 +299,17 @@ class LogConsole(Console):
                         f"{seconds(uptime)}, cost {usd(cost)}")
         return None
 
-    def _task_line(self, event: TaskStarted | TaskCompleted, view: StackView | None) -> str | None:
-        """The task's own line while tasks are few; past ``TASK_LINES_PER_SECOND``, a count
-        line every ``TASK_SUMMARY_EVERY`` seconds."""
-        second = int(event.timestamp)
-        window, printed, skipped, summarized = self._task_lines.get(event.stack, (second, 0, 0, 0.0))
-        if window != second:
-            window, printed = second, 0
-        if printed < TASK_LINES_PER_SECOND:
-            self._task_lines[event.stack] = (window, printed + 1, skipped, summarized)
-            return self.describe(event, view)
-        skipped += 1
-        if view is None or event.timestamp - summarized < TASK_SUMMARY_EVERY:
-            self._task_lines[event.stack] = (window, printed, skipped, summarized)
+    def _progress_line(self, event: TaskProgress) -> str | None:
+        """Task counts every ``PROGRESS_EVERY`` seconds while tasks run, and once when they
+        are all done (unless those counts were just printed)."""
+        counts = (event.queued, event.running, event.succeeded, event.failed)
+        printed_at, printed = self._progress_printed.get(event.stack, (float("-inf"), ()))
+        idle = not event.queued and not event.running
+        if counts == printed or (not idle and event.timestamp - printed_at < PROGRESS_EVERY):
             return None
-        self._task_lines[event.stack] = (window, printed, 0, event.timestamp)
-        return (f"tasks: {view.queued} queued, {view.running} running, {view.succeeded} done, "
-                f"{view.failed} failed ({skipped} task line(s) not shown)")
+        self._progress_printed[event.stack] = (event.timestamp, counts)
+        return (f"tasks: {event.queued} queued, {event.running} running, "
+                f"{event.succeeded} done, {event.failed} failed")
 
     def _metrics_line(self, event: Metric, view: StackView | None) -> str | None:
         key = (event.stack, event.node)

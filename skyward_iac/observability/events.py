@@ -205,6 +205,22 @@ class TaskCompleted(Event):
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TaskProgress(Event):
+    """How a pool's calls stand: ``queued`` waiting for a slot, ``running`` handed to a node
+    (running there or waiting in its buffer), ``succeeded`` and ``failed`` so far.
+
+    Emitted at most every 0.25 s while calls move, and once more when they stop, so the last
+    one is the final state. What consoles show instead of the per-task events.
+    """
+
+    stack: str
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+
+
 # ---- telemetry ------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +319,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ClusterRequested, ClusterProvisioned, ClusterReady, ClusterDestroyed,
     InstanceLaunched, InstanceProvisioned, InstanceBootstrapped, InstancePreempted,
     InstanceReplaced, InstanceDestroyed, BootstrapPhase, BootstrapConsole,
-    TaskQueued, TaskStarted, TaskCompleted, Metric, Log, Error,
+    TaskQueued, TaskStarted, TaskCompleted, TaskProgress, Metric, Log, Error,
     StackProgress, StackPreviewed, StackUpdated, StackDestroyed,
 )
 
@@ -312,6 +328,6 @@ __all__ = [
     "ClusterRequested", "ClusterProvisioned", "ClusterReady", "ClusterDestroyed",
     "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
     "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole", "TaskQueued",
-    "TaskStarted", "TaskCompleted", "Metric", "Log", "Error", "StackProgress", "StackPreviewed",
+    "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error", "StackProgress", "StackPreviewed",
     "StackUpdated", "StackDestroyed",
 ]

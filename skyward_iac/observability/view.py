@@ -29,9 +29,7 @@ from skyward_iac.observability.events import (
     StackPreviewed,
     StackProgress,
     StackUpdated,
-    TaskCompleted,
-    TaskQueued,
-    TaskStarted,
+    TaskProgress,
 )
 
 #: Share of a node's bar reached at each stage before bootstrap phases fill the rest.
@@ -99,6 +97,7 @@ class StackView:
     #: Resource counts per operation of the last finished Pulumi operation.
     changes: dict[str, int] = field(default_factory=dict)
     nodes: dict[int, NodeView] = field(default_factory=dict)
+    #: Task counts, from the pool's latest ``TaskProgress``.
     queued: int = 0
     running: int = 0
     succeeded: int = 0
@@ -152,18 +151,9 @@ class PoolView:
             return None
         view = self.stack(name, event.timestamp)
         match event:
-            # Task events first: a large map sends three per task, the rest are rare.
-            case TaskQueued():
-                view.queued += 1
-            case TaskStarted():
-                view.queued = max(0, view.queued - 1)
-                view.running += 1
-            case TaskCompleted():
-                view.running = max(0, view.running - 1)
-                if event.success:
-                    view.succeeded += 1
-                else:
-                    view.failed += 1
+            case TaskProgress():
+                view.queued, view.running = event.queued, event.running
+                view.succeeded, view.failed = event.succeeded, event.failed
             case ClusterRequested():
                 view.requested_at, view.provider = event.timestamp, event.provider
                 view.instance_type, view.accelerator = event.instance_type, event.accelerator

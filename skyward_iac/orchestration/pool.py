@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, as_completed
+from concurrent.futures import CancelledError, Future, as_completed
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from skyward_iac.collections import (
 )
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event, Metric, TaskCompleted, TaskQueued, TaskStarted
+from skyward_iac.observability.task_progress import TaskTally
 from skyward_iac.orchestration.calls import PackedCall, pack_call, pack_function
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.node import Node
@@ -98,6 +99,10 @@ class Pool:
         self._placing = [0] * len(nodes)
         self._closed = False
         self._task_ids = itertools.count(1)
+        #: Counts calls for ``TaskProgress`` while anyone listens.
+        self._tally = TaskTally(stack_name, self.load, self.events.emit)
+        #: Unfinished calls someone listens to, by their future (see ``_watch``).
+        self._watched: dict[Future[Any], _Call] = {}
         for node in nodes:
             self._listen(node)
         threading.Thread(target=self._dispatch, name=f"{stack_name}-dispatch", daemon=True).start()
@@ -123,27 +128,41 @@ class Pool:
 
     # ---- task events (only built when someone listens) -------------------------------------
 
-    # Positional arguments: a 10,000-task map builds 30,000 of these events.
+    # Anyone listening gets TaskProgress and failures; TaskQueued/TaskStarted and successful
+    # TaskCompleted only when a subscriber asked for them (``task_detail``), since a
+    # 10,000-task map would build 30,000 (positional arguments: the cheapest way to build).
+    # Watching allocates nothing per call (one shared callback, calls found by their future):
+    # every object more per call makes the garbage collector run more often, and it costs
+    # the client several times what the object does.
 
-    def _queued(self, calls: list[_Call]) -> None:
-        emit, stack, completed = self.events.emit, self.stack_name, self._completed
+    def _watch(self, calls: list[_Call]) -> None:
+        detail = self.events.task_detail
+        emit, stack, watched, completed = (self.events.emit, self.stack_name, self._watched,
+                                           self._completed)
         for call in calls:
-            emit(TaskQueued(stack, call.task_id, call.pending.name, call.node))
-            call.future.add_done_callback(functools.partial(completed, call))
+            if detail:
+                emit(TaskQueued(stack, call.task_id, call.pending.name, call.node))
+            watched[call.future] = call
+            call.future.add_done_callback(completed)
 
     def _started(self, call: _Call, node: int) -> None:
         self.events.emit(TaskStarted(self.stack_name, call.task_id, call.pending.name, node))
 
-    def _completed(self, call: _Call, future: Future[Any]) -> None:
-        if future.cancelled():
+    def _completed(self, future: Future[Any]) -> None:
+        call = self._watched.pop(future)
+        try:
+            exc = future.exception()
+        except CancelledError:
             error: str | None = "cancelled"
         else:
-            exc = future.exception()
             error = None if exc is None else f"{type(exc).__name__}: {exc}"
-        ran = call.submission.duration if call.submission is not None else None
-        self.events.emit(TaskCompleted(
-            self.stack_name, call.task_id, call.pending.name,
-            call.sent_to if call.sent_to is not None else -1, error is None, ran or 0.0, error))
+        if error is not None or self.events.task_detail:
+            ran = call.submission.duration if call.submission is not None else None
+            self.events.emit(TaskCompleted(
+                self.stack_name, call.task_id, call.pending.name,
+                call.sent_to if call.sent_to is not None else -1, error is None, ran or 0.0,
+                error))
+        self._tally.completed(error is None)
 
     # ---- placement -----------------------------------------------------------------------
 
@@ -199,7 +218,7 @@ class Pool:
 
     def _send(self, placed: dict[int, list[_Call]]) -> None:
         """Hand each node its calls, in one frame per node (outside ``_wakeup``)."""
-        tracing = len(self.events) > 0
+        tracing = self.events.task_detail
         for index, calls in placed.items():
             submissions = []
             for call in calls:
@@ -311,14 +330,17 @@ class Pool:
         """Queue ``calls``; what fits on the nodes now is sent from this thread."""
         if self._closed:
             raise NodeConnectionError(f"pool {self.stack_name} is closed")
-        if len(self.events):
-            self._queued(calls)
+        watched = len(self.events) > 0
+        if watched:
+            self._watch(calls)
         with self._wakeup:
             self._calls.extend(calls)
             placed = self._place()
             if self._calls:
                 self._wakeup.notify()
         self._send(placed)
+        if watched:
+            self._tally.changed()
 
     def _call(self, pending: PendingFunction[T], node: int | None,
               packed: PackedCall | None = None, copy: bool = True,
@@ -432,6 +454,7 @@ class Pool:
             self._collections.close()
         for node in self.nodes:
             node.close()
+        self._tally.flush()  # the final counts, before the console stops
 
     def __repr__(self) -> str:
         return f"<Pool {self.stack_name} nodes={len(self.nodes)}>"

@@ -112,3 +112,38 @@ def test_a_long_task_is_reported_started_while_it_runs(pool: sky.Pool) -> None:
     assert isinstance(started, sky.TaskStarted) and isinstance(completed, sky.TaskCompleted)
     assert completed.timestamp - started.timestamp > 0.7, "started was reported only at the end"
     assert 1.0 <= completed.duration < 1.5
+
+
+def test_a_summary_subscriber_gets_counts_and_failures_but_no_per_task_events(
+        pool: sky.Pool) -> None:
+    """What a console sees: TaskProgress a few times a second (the last one final), failures,
+    and none of the per-task events, which the pool then does not build at all."""
+    got: list[sky.Event] = []
+    subscription = pool.events.subscribe(got.append, summary=True)
+    try:
+        assert not pool.events.task_detail, "only summary subscribers (the console) listen"
+        before = (pool._tally.succeeded, pool._tally.failed)
+        assert pool.map(square, range(200)) == [x * x for x in range(200)]
+        try:
+            fail("boom") >> pool
+        except ValueError:
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            progress = [e for e in got if isinstance(e, sky.TaskProgress)]
+            if progress and (progress[-1].succeeded, progress[-1].failed) == (
+                    before[0] + 200, before[1] + 1):
+                break
+            time.sleep(0.05)
+    finally:
+        subscription.cancel()
+    assert not any(isinstance(e, sky.TaskQueued | sky.TaskStarted) for e in got)
+    [failed] = [e for e in got if isinstance(e, sky.TaskCompleted)]
+    assert not failed.success and "ValueError: boom" in (failed.error or "")
+    assert progress[-1] == sky.TaskProgress(pool.stack_name, 0, 0, before[0] + 200,
+                                            before[1] + 1)
+    assert all(e.stack == pool.stack_name for e in progress)
+    # 200 tasks of 10 ms on 2 nodes take about a second: a handful of reports, not hundreds.
+    assert 2 <= len(progress) <= 30, len(progress)
+    gaps = [b.timestamp - a.timestamp for a, b in zip(progress, progress[1:], strict=False)]
+    assert min(gaps) >= 0.2, gaps

@@ -67,11 +67,15 @@ FEED = textwrap.dedent("""
         bus.emit(ev.InstanceBootstrapped(S, i, 1.1))
     bus.emit(ev.ClusterReady(S, 2, 4.0, 0.9))
     bus.emit(ev.Metric(S, 0, "cpu", 42.0, "%"))
+    # What a pool emits: per-task events (a console, a summary subscriber, skips them) and
+    # the counts.
     bus.emit(ev.TaskQueued(S, 1, "train"))
     bus.emit(ev.TaskStarted(S, 1, "train", 0))
+    bus.emit(ev.TaskProgress(S, 0, 1, 0, 0))
     print("user result 42", flush=True)  # a task's output, on stdout
     time.sleep(delay)
     bus.emit(ev.TaskCompleted(S, 1, "train", 0, True, 0.7))
+    bus.emit(ev.TaskProgress(S, 0, 0, 1, 0))
     time.sleep(delay)
     bus.emit(ev.StackDestroyed(S, 4, {"delete": 4}, 1.0))
     bus.emit(ev.ClusterDestroyed(S, 1.0, uptime=60.0, cost_usd=0.015))
@@ -106,8 +110,8 @@ def test_default_console_writes_plain_timestamped_lines_when_piped(tmp_path: Pat
         "node 0: ready in 1.1s",
         f"pool {S} ready: 2 node(s) in 4.0s, $0.90/h",
         "node 0: cpu 42%",
-        "task 1 train started on node 0",
-        "task 1 train done on node 0 in 0.7s",
+        "tasks: 0 queued, 1 running, 0 done, 0 failed",
+        "tasks: 0 queued, 0 running, 1 done, 0 failed",
         "pulumi destroy done in 1.0s: 4 resource(s) deleted",
         f"stack {S} destroyed in 1.0s; up 1m00s, cost $0.0150",
     ):
@@ -177,29 +181,43 @@ def test_log_console_redacts_and_throttles_metrics() -> None:
     assert shown == ["[node 1] out"]
 
 
-def test_log_console_summarizes_task_lines_past_its_rate_and_always_shows_failures() -> None:
-    from skyward_iac.observability.console import TASK_LINES_PER_SECOND
+def test_log_console_prints_task_counts_every_few_seconds_and_always_failures() -> None:
+    from skyward_iac.observability.console import PROGRESS_EVERY
 
     events: list[ev.Event] = [ev.ClusterRequested(S, "local", 1, timestamp=99.0)]
-    for i in range(40):  # 80 task lines within one second, then one failure
-        events += [ev.TaskQueued(S, i, "f", timestamp=100.1),
-                   ev.TaskStarted(S, i, "f", 0, timestamp=100.2),
-                   ev.TaskCompleted(S, i, "f", 0, True, 0.01, timestamp=100.3)]
+    # Four reports a second for 2 * PROGRESS_EVERY seconds while 80 tasks move.
+    for step in range(int(8 * PROGRESS_EVERY)):
+        done = step * 2
+        events.append(ev.TaskProgress(S, max(0, 78 - done), 2, done, 0,
+                                      timestamp=100.0 + step / 4))
     events.append(ev.TaskCompleted(S, 99, "f", 0, False, 0.5, error="ValueError: x",
-                                   timestamp=100.4))
-    events.append(ev.TaskStarted(S, 100, "f", 0, timestamp=101.0))  # a new second
+                                   timestamp=110.1))
+    events.append(ev.TaskProgress(S, 0, 0, 79, 1, timestamp=110.2))  # all done: printed
+    events.append(ev.TaskProgress(S, 0, 0, 79, 1, timestamp=110.3))  # the same counts: not
     lines = lines_of(LogConsole(io.StringIO()), *events)[1:]
-    task_lines = [line for line in lines if line.startswith("task ")]
-    summaries = [line for line in lines if line.startswith("tasks: ")]
-    assert task_lines[:TASK_LINES_PER_SECOND] == [
-        f"task {i // 2} f {'started on node 0' if i % 2 == 0 else 'done on node 0 in 0.0s'}"
-        for i in range(TASK_LINES_PER_SECOND)]
-    assert summaries == [
-        f"tasks: 0 queued, 1 running, {TASK_LINES_PER_SECOND // 2} done, 0 failed "
-        "(1 task line(s) not shown)"]
-    assert task_lines[-2:] == ["task 99 f FAILED on node 0 after 0.5s: ValueError: x",
-                               "task 100 f started on node 0"]
-    assert len(lines) == TASK_LINES_PER_SECOND + 3
+    assert lines == [
+        "tasks: 78 queued, 2 running, 0 done, 0 failed",
+        f"tasks: {78 - 8 * int(PROGRESS_EVERY)} queued, 2 running, {8 * int(PROGRESS_EVERY)} "
+        "done, 0 failed",
+        "task 99 f FAILED on node 0 after 0.5s: ValueError: x",
+        "tasks: 0 queued, 0 running, 79 done, 1 failed",
+    ]
+
+
+def test_log_console_needs_no_per_task_events() -> None:
+    """A console subscribes as a summary: the bus keeps per-task events from it, and the pool
+    builds them only for someone else."""
+    bus = EventBus()
+    stream = io.StringIO()
+    console = LogConsole(stream).start(bus)
+    assert len(bus) == 1 and not bus.task_detail
+    bus.emit(ev.TaskQueued(S, 1, "f"))
+    bus.emit(ev.TaskStarted(S, 1, "f", 0))
+    bus.emit(ev.TaskCompleted(S, 1, "f", 0, True, 0.1))
+    assert stream.getvalue() == "" and console.view.stacks == {}
+    bus.emit(ev.TaskCompleted(S, 2, "f", 0, False, 0.1, error="KeyError: 'k'"))
+    assert stream.getvalue().endswith("task 2 f FAILED on node 0 after 0.1s: KeyError: 'k'\n")
+    console.stop()
 
 
 def test_log_console_prefixes_lines_when_several_pools_run() -> None:
@@ -242,6 +260,22 @@ def test_one_live_view_for_several_rich_pools(monkeypatch: pytest.MonkeyPatch) -
     assert S in drawn and "aws-x-1-222222" in drawn and "0/2 ready" in drawn
 
 
+def test_rich_console_shows_task_counts_from_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console as Terminal
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    bus = EventBus()
+    console = console_for(True, Tty())
+    console.attach(bus)
+    bus.emit(ev.ClusterRequested(S, "local", 1))
+    bus.emit(ev.TaskQueued(S, 1, "f"))  # not the console's: the counts come from progress
+    bus.emit(ev.TaskProgress(S, 4, 2, 0, 0))
+    picture = Terminal(record=True, width=130, file=io.StringIO())
+    picture.print(console.renderable())  # type: ignore[attr-defined]
+    assert "4 queued · 2 running · 0 done · 0 failed" in picture.export_text()
+    console.stop()
+
+
 def test_a_closed_stream_does_not_break_the_pool() -> None:
     stream = io.StringIO()
     console = LogConsole(stream)
@@ -262,10 +296,11 @@ def test_pool_view_tracks_progress_tasks_and_cost() -> None:
     assert stack.nodes[0].progress == pytest.approx(0.25 + 0.75 / 2)
     view.apply(ev.InstanceBootstrapped(S, 0, 1.0))
     assert stack.nodes[0].progress == 1.0 and stack.ready_nodes == 1
-    for event in (ev.TaskQueued(S, 1, "f"), ev.TaskQueued(S, 2, "f"), ev.TaskStarted(S, 1, "f", 0),
-                  ev.TaskCompleted(S, 1, "f", 0, False, 1.0, "x")):
-        view.apply(event)
-    assert (stack.queued, stack.running, stack.succeeded, stack.failed) == (1, 0, 0, 1)
+    view.apply(ev.TaskProgress(S, 4, 2, 0, 0))
+    view.apply(ev.TaskCompleted(S, 1, "f", 0, False, 1.0, "x"))  # counted by the next progress
+    assert (stack.queued, stack.running, stack.succeeded, stack.failed) == (4, 2, 0, 0)
+    view.apply(ev.TaskProgress(S, 1, 2, 2, 1))
+    assert (stack.queued, stack.running, stack.succeeded, stack.failed) == (1, 2, 2, 1)
     view.apply(ev.Metric(S, 0, "gpu", 40.0, device=0))
     view.apply(ev.Metric(S, 0, "gpu", 80.0, device=1))
     assert stack.nodes[0].metrics["gpu"] == 60.0

@@ -161,6 +161,89 @@ def test_emit_and_subscribe_from_many_threads() -> None:
     assert total[0] == 2000 and len(bus) == 1
 
 
+def test_summary_subscribers_get_failures_and_progress_but_not_per_task_detail() -> None:
+    bus = EventBus()
+    summary: list[ev.Event] = []
+    bus.subscribe(summary.append, summary=True)
+    assert len(bus) == 1 and not bus.task_detail
+    per_task = [ev.TaskQueued(S, 1, "f"), ev.TaskStarted(S, 1, "f", 0),
+                ev.TaskCompleted(S, 1, "f", 0, True, 0.1)]
+    failed = ev.TaskCompleted(S, 2, "f", 0, False, 0.1, error="ValueError: x")
+    progress = ev.TaskProgress(S, 0, 0, 1, 1)
+    for event in (*per_task, failed, progress, ev.ClusterReady(S, 1, 1.0)):
+        bus.emit(event)
+    assert summary == [failed, progress, ev.ClusterReady(S, 1, 1.0)]
+    assert "(summary)" in repr(bus._subscriptions[0])
+
+
+@pytest.mark.parametrize(("types", "detail"), [
+    ((), True), ((ev.Event,), True), ((ev.TaskStarted,), True), ((ev.TaskCompleted,), True),
+    ((ev.Metric, ev.TaskQueued), True), ((ev.Metric,), False), ((ev.TaskProgress,), False),
+])
+def test_task_detail_follows_who_asked_for_per_task_events(
+        types: tuple[type[ev.Event], ...], detail: bool) -> None:
+    bus = EventBus()
+    console = bus.subscribe(print, summary=True)
+    subscription = bus.subscribe(print, *types)
+    assert bus.task_detail is detail
+    subscription.cancel()
+    assert not bus.task_detail
+    console.cancel()
+    again = bus.subscribe(print, *types)
+    assert bus.task_detail is detail
+    again()
+    assert not bus.task_detail and len(bus) == 0
+
+
+# ---- TaskTally: a pool's task counts as TaskProgress -----------------------------------------
+
+def test_tally_reports_at_most_every_interval_and_always_the_final_counts() -> None:
+    from skyward_iac.observability.task_progress import TaskTally
+
+    got: list[ev.TaskProgress] = []
+    seen = threading.Event()
+
+    def record(event: ev.TaskProgress) -> None:
+        got.append(event)
+        seen.set()
+
+    load = [5, 1]
+    tally = TaskTally(S, lambda: (load[0], load[1]), record, interval=0.3)
+    started = time.monotonic()
+    tally.changed()
+    assert seen.wait(5)  # the first report comes at once, on a timer thread
+    for _ in range(5):
+        tally.completed(True)
+    load[:] = [0, 0]
+    tally.completed(False)
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.4)  # no change since: no more reports
+    assert got == [ev.TaskProgress(S, 5, 1, 0, 0), ev.TaskProgress(S, 0, 0, 5, 1)]
+    assert got[1].timestamp - got[0].timestamp >= 0.29
+    assert time.monotonic() - started < 3
+    assert all(t.name != f"{S}-progress" for t in threading.enumerate())
+
+
+def test_tally_flush_reports_a_pending_change_at_once() -> None:
+    from skyward_iac.observability.task_progress import TaskTally
+
+    got: list[ev.TaskProgress] = []
+    tally = TaskTally(S, lambda: (0, 0), got.append, interval=60)
+    tally.flush()
+    assert got == []  # nothing pending
+    tally.changed()
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tally.completed(True)  # the next report would wait a minute
+    tally.flush()
+    assert got == [ev.TaskProgress(S, 0, 0, 0, 0), ev.TaskProgress(S, 0, 0, 1, 0)]
+    tally.flush()
+    assert len(got) == 2
+
+
 # ---- engine events -> progress -----------------------------------------------------------
 
 def engine_event(**payload: Any) -> Any:
