@@ -54,6 +54,14 @@ class Submission:
     duration: float | None = None
 
 
+def _release_callbacks(submission: Submission) -> None:
+    """Drop a finished submission's callbacks. They usually hold the caller's record of the
+    call, which holds this submission: without the cycle both are freed by reference counting
+    at once, instead of by the garbage collector, whose runs took ~40% of the client's CPU in
+    a 10,000-task map."""
+    submission.retry = submission.on_start = None
+
+
 class AgentClient:
     """A multiplexed task connection to one node's agent."""
 
@@ -197,6 +205,7 @@ class AgentClient:
             return  # cancelled by its caller
         entry.duration = result.duration
         self._started(entry)  # a short task's Started travels as its Result
+        _release_callbacks(entry)
         outcome: BaseException | None = None
         value: Any = None
         if result.failure is not None:
@@ -244,6 +253,7 @@ class AgentClient:
             entry = self._pending.pop(task_id, None)
             if entry is None:
                 continue
+            _release_callbacks(entry)
             future, name = entry.future, entry.name
             try:
                 future.set_exception(TimeoutError(

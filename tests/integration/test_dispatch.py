@@ -113,3 +113,26 @@ def test_function_timeout_from_the_decorator(pool: sky.Pool) -> None:
 def test_unpicklable_argument_is_named_before_dispatch(pool: sky.Pool) -> None:
     with pytest.raises(sky.ConfigError, match=r"argument 0 \(lock\) cannot be pickled"):
         where(threading.Lock()) >> pool
+
+
+def test_finished_calls_are_freed_without_the_garbage_collector(pool: sky.Pool) -> None:
+    """A call and its submission must not form a reference cycle: in a fast map the
+    collector's runs cost ~40% of the client's CPU when they did."""
+    import gc
+
+    from skyward_iac.orchestration.pool import _Call
+    from skyward_iac.remote.agent_client import Submission
+
+    pool.map(lambda x: x, range(50))
+    gc.collect()
+    gc.disable()
+    try:
+        assert pool.map(lambda x: x, range(300)) == list(range(300))
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        cyclic = [o for o in gc.garbage if isinstance(o, _Call | Submission)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
