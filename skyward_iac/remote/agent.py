@@ -74,15 +74,23 @@ class Connection:
 
 
 class Listeners:
-    """The authenticated connections that want the node's metric samples."""
+    """The authenticated connections that want the node's metric samples and notices.
+
+    A *retained* message (a preemption notice) is also kept and sent to every connection that
+    arrives later, so a client that connects (or reconnects) after the notice still hears it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._connections: set[Connection] = set()
+        self._retained: list[object] = []
 
     def add(self, connection: Connection) -> None:
         with self._lock:
             self._connections.add(connection)
+            retained = list(self._retained)
+        for message in retained:
+            self._send(connection, message)
 
     def discard(self, connection: Connection) -> None:
         with self._lock:
@@ -92,15 +100,20 @@ class Listeners:
         """Send ``samples`` to every connection."""
         self.notify(MetricSamples(tuple(samples)))
 
-    def notify(self, message: object) -> None:
-        """Send ``message`` to every connection; a broken one is dropped (its reader ends it)."""
+    def notify(self, message: object, retain: bool = False) -> None:
+        """Send ``message`` to every connection (and, ``retain``, to every later one)."""
         with self._lock:
             connections = list(self._connections)
+            if retain:
+                self._retained.append(message)
         for connection in connections:
-            try:
-                connection.send(message)
-            except OSError:
-                self.discard(connection)
+            self._send(connection, message)
+
+    def _send(self, connection: Connection, message: object) -> None:
+        try:
+            connection.send(message)
+        except OSError:
+            self.discard(connection)  # a broken one is dropped; its reader ends it
 
 
 def authenticate(sock: socket.socket, token: bytes) -> bool:
@@ -174,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.preemption:
         node = args.node
         PreemptionWatcher(args.preemption, lambda deadline, reason: listeners.notify(
-            PreemptionNotice(node, deadline, reason)), args.metadata_url).start()
+            PreemptionNotice(node, deadline, reason), retain=True), args.metadata_url).start()
     signal.signal(signal.SIGTERM, lambda *_: (slots.close_plugins(), os._exit(0)))
     write_atomically(args.port_file, str(server.getsockname()[1]))
     log.info("agent of node %s listening on %s", args.node, server.getsockname())

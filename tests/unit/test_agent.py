@@ -76,3 +76,26 @@ def test_timeout_fails_the_future_and_later_tasks_still_run(agent: int) -> None:
         assert client.submit("abs", quick, timeout=10).result(10) == 4
     finally:
         client.close()
+
+
+def test_a_retained_notice_reaches_clients_that_connect_later() -> None:
+    """A preemption notice seen before the client connects (or reconnects) is not lost."""
+    from skyward_iac.remote.agent import Listeners
+    from skyward_iac.remote.protocol import PreemptionNotice
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.messages: list[object] = []
+
+        def send(self, message: object) -> None:
+            self.messages.append(message)
+
+    listeners = Listeners()
+    early, late = Recorder(), Recorder()
+    listeners.add(early)  # type: ignore[arg-type]
+    notice = PreemptionNotice(1, time.time() + 120, "spot interruption")
+    listeners.notify(notice, retain=True)
+    listeners.notify("a metric sample")  # not retained
+    listeners.add(late)  # type: ignore[arg-type]
+    assert early.messages == [notice, "a metric sample"]
+    assert late.messages == [notice]
