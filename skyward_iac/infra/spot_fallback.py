@@ -89,14 +89,15 @@ class NodeFailures:
 
 def up_with_spot_fallback(
     stack: ClusterStack, request: ClusterRequest,
-    on_event: Callable[[Any], Any] | None = None,
+    on_event: Callable[[Any], Any] | None = None, **up_options: Any,
 ) -> tuple[ClusterOutputs, ClusterRequest]:
-    """``stack.up()``; while it fails with spot capacity refused for some nodes, move those
-    nodes on demand and run ``up`` again. Returns the outputs and the request in force."""
+    """``stack.up(**up_options)``; while it fails with spot capacity refused for some nodes,
+    move those nodes on demand and run ``up`` again. Returns the outputs and the request in
+    force. Used for the first ``up`` and for every later one (replacements, resizes)."""
     while True:
         failures = NodeFailures(on_event)
         try:
-            return stack.up(on_event=failures), request
+            return stack.up(on_event=failures, **up_options), request
         except ProvisionError:
             retry = on_demand_retry(request, failures.by_node)
             if retry is None:

@@ -333,8 +333,10 @@ class Compute:
             if stack is None or pool is None:
                 return
             try:
-                outputs = stack.up(refresh=True, message=f"skyward: replace node {index}",
-                                   replace_nodes=(index,) if alive else ())
+                outputs, self.request = up_with_spot_fallback(
+                    stack, self.request, refresh=True,
+                    message=f"skyward: replace node {index}",
+                    replace_nodes=(index,) if alive else ())
                 infos = instance_infos(outputs, self.spec, self.stack_name)
                 collections = node_config(outputs, self.stack_name)
                 address = outputs.nodes[index]
@@ -386,7 +388,8 @@ class Compute:
                 pool.retire(index)
             self.request = replace(self.request, node_count=target)
             stack.set_request(self.request)
-            outputs = stack.up(message=f"skyward: resize {current} -> {target} nodes")
+            outputs, self.request = up_with_spot_fallback(
+                stack, self.request, message=f"skyward: resize {current} -> {target} nodes")
             infos = instance_infos(outputs, self.spec, self.stack_name)
             collections = node_config(outputs, self.stack_name)
             with ThreadPoolExecutor(max_workers=max(1, target - current)) as threads:

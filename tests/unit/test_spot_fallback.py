@@ -113,8 +113,10 @@ class RefusingStack:
     rounds: list[dict[int, str]]
     requests: list[ClusterRequest] = field(default_factory=list)
     name: str = "fallback-test"
+    up_options: list[dict[str, Any]] = field(default_factory=list)
 
-    def up(self, on_event: Any = None, **_: Any) -> str:
+    def up(self, on_event: Any = None, **options: Any) -> str:
+        self.up_options.append(options)
         if not self.rounds:
             return "outputs"
         for node, message in self.rounds.pop(0).items():
@@ -155,3 +157,13 @@ def test_node_failures_ignore_other_resources_and_warnings() -> None:
         message=AWS_CAPACITY)))
     failures(diagnostic(3, GCP_CAPACITY))
     assert failures.by_node == {3: GCP_CAPACITY}
+
+
+def test_a_replacement_falls_back_too_with_its_own_up_options() -> None:
+    """Replacements and resizes go through the same fallback; each attempt keeps the
+    caller's options (refresh, the node to recreate)."""
+    stack = RefusingStack([{1: GCP_CAPACITY}])
+    options = {"refresh": True, "message": "skyward: replace node 1", "replace_nodes": (1,)}
+    _, final = up_with_spot_fallback(stack, request(), **options)  # type: ignore[arg-type]
+    assert final.on_demand_nodes == {1}
+    assert stack.up_options == [options, options]
