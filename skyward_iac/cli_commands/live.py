@@ -1,8 +1,9 @@
 """``skyward-iac ls``, ``down`` and ``logs``: the stacks that hold resources right now.
 
 ``ls`` lists them (age, nodes, cost so far, expiry, whether their owner still runs), ``down``
-destroys one now, ``logs`` prints its nodes' agent logs, read over SSH with the host keys the
-stack pinned (Local nodes run a real sshd too, so every provider takes the same path).
+destroys one now, ``logs`` prints its nodes' bootstrap and agent logs, read over SSH with the
+host keys the stack pinned (Local nodes run a real sshd too, so every provider takes the same
+path).
 """
 
 from __future__ import annotations
@@ -103,9 +104,10 @@ def add_commands(commands: Any) -> None:
                       help="destroy even if the process that created it still runs")
     down.set_defaults(run=run_down)
     logs = commands.add_parser(
-        "logs", help="the agent logs of a live stack's nodes",
-        description="Print each node's agent log, read over SSH with the stack's pinned host "
-                    "keys; lines are prefixed with [node N].")
+        "logs", help="the bootstrap and agent logs of a live stack's nodes",
+        description="Print each node's bootstrap log (URL credentials hidden) and agent log, "
+                    "read over SSH with the stack's pinned host keys; lines are prefixed with "
+                    "[node N].")
     logs.add_argument("stack", help="stack name, as `skyward-iac ls` prints it")
     logs.add_argument("--node", type=int, metavar="N", help="only node N (default: every node)")
     logs.add_argument("--lines", type=int, default=200, metavar="K",
