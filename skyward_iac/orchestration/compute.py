@@ -60,6 +60,7 @@ from skyward_iac.orchestration.preview import require_plugin
 from skyward_iac.plugins import _client as plugins
 from skyward_iac.plugins._plugin import Cluster
 from skyward_iac.remote.bootstrap import BootstrapPlan
+from skyward_iac.remote.includes import IncludesArchive, build_archive
 from skyward_iac.remote.volumes import mount_plan
 
 P = ParamSpec("P")
@@ -306,8 +307,16 @@ class Compute:
         region = None if self.spec.provider.kind == "local" else self.choice.offer.region
         volumes = mount_plan(self.spec.volumes, self.spec.provider.kind, outputs.volume_keys,
                              region=region)
-        plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes)
+        plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes,
+                        self._includes)
         return replace(plan, steps=plan.steps + self._plugin_steps)
+
+    @functools.cached_property
+    def _includes(self) -> IncludesArchive | None:
+        """The Image's includes, packed once: every node (late, replaced or added by a resize)
+        gets the code as it was when the pool started."""
+        image = self.spec.image
+        return build_archive(image.includes, image.excludes) if image.includes else None
 
     def _lost(self, index: int) -> None:
         if self.pool is not None:

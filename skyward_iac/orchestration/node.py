@@ -26,7 +26,7 @@ from skyward_iac.remote import ssh
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
 from skyward_iac.remote.bootstrap_progress import StepUpdate
-from skyward_iac.remote.includes import build_archive
+from skyward_iac.remote.includes import IncludesArchive, build_archive
 from skyward_iac.remote.volumes import MountPlan, unmount_script
 
 log = logging.getLogger("skyward")
@@ -50,8 +50,12 @@ def local_network_env() -> dict[str, str]:
 
 
 def plan_for(address: NodeAddress, spec: Spec, options: Options,
-             etcd: EtcdServerPlan | None = None, volumes: MountPlan | None = None) -> BootstrapPlan:
-    """How to bootstrap ``address`` for ``spec``: interpreter, uv, packages, env, slots."""
+             etcd: EtcdServerPlan | None = None, volumes: MountPlan | None = None,
+             includes: IncludesArchive | None = None) -> BootstrapPlan:
+    """How to bootstrap ``address`` for ``spec``: interpreter, uv, packages, env, slots.
+
+    ``includes``: the Image's includes already packed (a pool packs them once, so every node,
+    replacements included, gets the same code); packed here when not given."""
     client_minor = f"{sys.version_info.major}.{sys.version_info.minor}"
     wanted = client_minor if spec.image.python == "auto" else spec.image.python
     uv: str | None = None
@@ -69,7 +73,8 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         pip_indexes=tuple((index.url, index.packages) for index in image.pip_indexes),
         apt=image.apt, shell_vars=dict(image.shell_vars),
         env={**(local_network_env() if spec.provider.kind == "local" else {}), **image.env},
-        includes=build_archive(image.includes, image.excludes) if image.includes else None,
+        includes=includes or (build_archive(image.includes, image.excludes)
+                              if image.includes else None),
         # "auto" ships the client's own copy: the node then runs exactly the client's code.
         skyward_source="pypi" if image.skyward_source == "pypi" else "local",
         metrics=image.metrics or (),
