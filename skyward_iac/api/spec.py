@@ -188,8 +188,13 @@ class Options(_Frozen):
 
     worker: Worker = Field(default_factory=Worker)
     default_compute_timeout: float = Field(default=300.0, gt=0)
-    provision_timeout: float = Field(default=600.0, gt=0)
-    ssh_timeout: float = Field(default=30.0, gt=0)
+    provision_timeout: float | None = Field(default=600.0, gt=0)
+    ssh_timeout: float | None = Field(default=30.0, gt=0)
+    #: Seconds before the first retry of a failed stack update or node start (doubling).
+    provision_retry_delay: float | None = Field(default=None, gt=0)
+    #: Consecutive failed starts of one node before the pool gives up on it.
+    max_provision_attempts: int | None = Field(default=None, ge=1)
+    ssh_retry_interval: float | None = Field(default=None, gt=0)
     bootstrap_timeout: float | None = Field(default=None, gt=0)
     shutdown_timeout: float = Field(default=120.0, gt=0)
     #: Which of several Specs ``sky.Compute(spec_a, spec_b)`` provisions: the ``"cheapest"``

@@ -76,7 +76,8 @@ def run_history_records(limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` runs as plain records; from the file backend's files when
     possible (no engine command per stack), else through the CLI."""
     from skyward_iac.infra import home, state_files
-    from skyward_iac.infra.stack import PROJECT, list_records, skyward_tags
+    from skyward_iac.infra.stack import PROJECT, list_records
+    from skyward_iac.infra.tags import skyward_tags
 
     stored = state_files.read_stacks(home.state_dir(), PROJECT)
     runs: list[tuple[str, dict[str, str], int, Sequence[Any] | None]]

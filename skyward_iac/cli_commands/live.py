@@ -9,6 +9,7 @@ path).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import shlex
 import socket
@@ -146,6 +147,7 @@ def run_down(args: argparse.Namespace) -> int:
               f"on {tags.get('host')}); close its pool, or pass --force to destroy it anyway",
               file=sys.stderr)
         return REFUSED
+    stack.mark_taken_down(f"{getpass.getuser()}@{socket.gethostname()} (skyward-iac down)")
     stack.clear_crash_leftovers()
     stack.destroy(message="skyward-iac down" + (" --force" if args.force else ""))
     print(f"{args.stack} destroyed")

@@ -13,6 +13,7 @@ import builtins
 import contextlib
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from skyward_iac.api.errors import CollectionError, CollectionsDisabledError
@@ -53,6 +54,9 @@ class BackendConfig:
     lease_ttl: int = DEFAULT_LEASE_TTL
     barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
     disabled_reason: str | None = None
+    #: How long the first use waits for etcd to answer (a pool may run tasks before its head
+    #: is up, with ``Nodes.min``); 0: do not wait.
+    ready_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         # A list would make the config unhashable; a bare string would iterate per character.
@@ -83,6 +87,7 @@ class Backend:
         self._session: LeaseSession | None = None
         self._client: EtcdClient | None = None
         self._closed = False
+        self._ready = config.ready_timeout <= 0
         if config.disabled_reason is None:
             self.namespace = Namespace(config.job_id)
             self._client = EtcdClient(
@@ -97,14 +102,36 @@ class Backend:
 
     @property
     def client(self) -> EtcdClient:
-        """The etcd client (RuntimeError when collections are disabled)."""
+        """The etcd client (RuntimeError when collections are disabled); the first use waits
+        up to ``config.ready_timeout`` for etcd to answer."""
         if self._client is None and self._closed:
             raise CollectionError("this collections backend is closed; connect() a new one")
         if self._client is None:
             raise CollectionsDisabledError(
                 f"distributed collections are disabled for this pool: {self.config.disabled_reason}"
             )
+        if not self._ready:
+            self._wait_ready(self._client)
         return self._client
+
+    def _wait_ready(self, client: EtcdClient) -> None:
+        """Wait (bounded) until etcd answers: the head may still be bootstrapping."""
+        deadline = time.monotonic() + self.config.ready_timeout
+        while True:
+            try:
+                client.server_version()
+            except CollectionError as exc:
+                if time.monotonic() >= deadline:
+                    if self.config.ready_timeout:
+                        raise CollectionError(
+                            f"the pool's head (etcd at {', '.join(self.config.endpoints)}) was "
+                            f"not ready within {self.config.ready_timeout:g}s: {exc}") from exc
+                    self._ready = True  # no waiting asked: the operation reports it
+                    return
+                time.sleep(0.5)
+                continue
+            self._ready = True
+            return
 
     # -- factories (the same names and signatures as sky.dict & co.) ---------------------------
 

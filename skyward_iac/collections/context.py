@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import os
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 
 from skyward_iac.api.errors import NoActivePoolError
@@ -29,7 +30,9 @@ from skyward_iac.collections._set import Set
 from skyward_iac.collections.backend import Backend, connect
 from skyward_iac.collections.store import Consistency
 
-_current: ContextVar[Backend | None] = ContextVar("skyward_collections_backend", default=None)
+#: A backend, or a function giving it on first use (a pool binds one before its head is up).
+Bound = Backend | Callable[[], Backend]
+_current: ContextVar[Bound | None] = ContextVar("skyward_collections_backend", default=None)
 _process_default: Backend | None = None
 _inherited_lock = threading.Lock()
 _inherited: builtins.dict[int, Backend] = {}  # id(parent's backend) -> this process's twin
@@ -41,12 +44,13 @@ _NO_POOL = (
 )
 
 
-def bind(backend: Backend | None) -> Token[Backend | None]:
-    """Makes ``backend`` current in this context; pass the token to :func:`unbind` to undo."""
+def bind(backend: Bound | None) -> Token[Bound | None]:
+    """Makes ``backend`` (or the backend a function returns when first needed) current in this
+    context; pass the token to :func:`unbind` to undo."""
     return _current.set(backend)
 
 
-def unbind(token: Token[Backend | None]) -> None:
+def unbind(token: Token[Bound | None]) -> None:
     """Restores what was current before the matching :func:`bind`."""
     _current.reset(token)
 
@@ -59,9 +63,10 @@ def set_process_default(backend: Backend | None) -> None:
 
 def current() -> Backend:
     """The backend collections resolve to right now; NoActivePoolError if there is none."""
-    backend = _current.get() or _process_default
-    if backend is None:
+    bound = _current.get() or _process_default
+    if bound is None:
         raise NoActivePoolError(_NO_POOL)
+    backend = bound if isinstance(bound, Backend) else bound()
     if backend.pid != os.getpid():
         backend = _for_this_process(backend)
     return backend

@@ -11,40 +11,16 @@ skips it.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from skyward_iac.api.errors import StackBusyError
+from skyward_iac.infra.tags import StackRecord, process_started
 from skyward_iac.processes import is_alive
 
 log = logging.getLogger("skyward")
-
-
-def process_started(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def owner_tags() -> dict[str, str]:
-    """Tags that identify this client process to a later collector."""
-    return {"pid": str(os.getpid()), "pid_started": process_started(os.getpid()) or "",
-            "host": socket.gethostname()}
-
-
-@dataclass(frozen=True, slots=True)
-class StackRecord:
-    """What the policy needs to know about one stack."""
-
-    name: str
-    tags: dict[str, str]
-    resource_count: int
 
 
 def owner_gone(tags: dict[str, str], host: str,

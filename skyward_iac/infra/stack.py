@@ -15,67 +15,23 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi.automation as auto
 
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
-from skyward_iac.api.volumes import VolumeKeys, keys_from_outputs
 from skyward_iac.infra import engine, home, state_files
 from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.tags import DOWN_BY, TAG_PREFIX, StackRecord, encode_tags, skyward_tags
+from skyward_iac.outputs import ClusterOutputs, parse_outputs
 from skyward_iac.processes import is_alive
 
-if TYPE_CHECKING:
-    from skyward_iac.infra.gc import StackRecord
-
 PROJECT = "skyward"
-TAG_PREFIX = "skyward:"
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAddress:
-    """How to reach one node after ``up``; the same shape for every provider."""
-
-    index: int
-    private_address: str
-    public_address: str
-    ssh_port: int
-    ssh_user: str
-    host_key: str
-    workdir: str
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdMaterial:
-    """The head etcd's CA, server pair and client pair (PEM); secrets."""
-
-    ca_pem: str
-    server_cert_pem: str
-    server_key_pem: str
-    client_cert_pem: str
-    client_key_pem: str
-
-    def __repr__(self) -> str:
-        return "EtcdMaterial(...)"
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterOutputs:
-    """A stack's outputs: its nodes plus the secrets needed to reach them."""
-
-    nodes: tuple[NodeAddress, ...]
-    ssh_private_key: str
-    agent_token: str
-    etcd: EtcdMaterial | None = None
-    volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict)
-
-    def __repr__(self) -> str:  # the secrets never reach a log line
-        return f"ClusterOutputs(nodes={self.nodes!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,60 +74,6 @@ def new_stack_name(spec: Spec, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     owner = re.sub(r"[^A-Za-z0-9_.-]", "-", getpass.getuser())[:32]
     return f"{spec.provider.kind}-{owner}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-#: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) stay separate; the
-#: rest travel in one JSON tag, because every tag costs the engine one command.
-SEPARATE_TAGS = ("owner", "expires_at", "provider")
-RUN_TAG = "run"
-
-
-def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
-               usd_per_hour: float = 0.0) -> dict[str, str]:
-    """The tags every stack carries, read by ``gc``, ``history`` and ops teams."""
-    from skyward_iac import __version__
-    from skyward_iac.infra.gc import owner_tags
-
-    now = now or datetime.now(UTC)
-    accelerator = spec.accelerator
-    return {
-        "owner": f"{getpass.getuser()}@{socket.gethostname()}",
-        "created_at": now.isoformat(timespec="seconds"),
-        "expires_at": (now + timedelta(seconds=spec.ttl)).isoformat(timespec="seconds")
-        if spec.ttl else "never",
-        "ttl": str(spec.ttl),
-        "provider": spec.provider.kind,
-        "nodes": str(node_count),
-        "version": __version__,
-        "accelerator": f"{accelerator.count:g}x{accelerator.name}" if accelerator else "cpu",
-        "allocation": spec.allocation,
-        "usd_per_hour": f"{usd_per_hour:.4f}",
-        **owner_tags(),
-    }
-
-
-def encode_tags(tags: Mapping[str, str]) -> dict[str, str]:
-    """The backend form: separate tags plus one ``run`` tag holding the others as JSON."""
-    separate = {k: v for k, v in tags.items() if k in SEPARATE_TAGS}
-    rest = {k: v for k, v in tags.items() if k not in SEPARATE_TAGS}
-    return {**separate, RUN_TAG: json.dumps(rest, separators=(",", ":"), sort_keys=True)}
-
-
-def skyward_tags(stored: Mapping[str, str]) -> dict[str, str]:
-    """The skyward tags among a stack's stored tags, without their prefix, decoded."""
-    return decode_tags(
-        {k.removeprefix(TAG_PREFIX): v for k, v in stored.items() if k.startswith(TAG_PREFIX)})
-
-
-def decode_tags(stored: Mapping[str, str]) -> dict[str, str]:
-    """The inverse of ``encode_tags`` (tolerates stacks without a ``run`` tag)."""
-    tags = {k: v for k, v in stored.items() if k != RUN_TAG}
-    if RUN_TAG in stored:
-        try:
-            tags.update(json.loads(stored[RUN_TAG]))
-        except ValueError:
-            pass
-    return tags
 
 
 def _project_dir() -> str:
@@ -252,7 +154,7 @@ class ClusterStack:
                                     replace=self._node_urns(replace_nodes) or None)
         except auto.errors.CommandError as exc:
             raise _engine_error("up", self.name, exc) from None
-        return _parse_outputs(result.outputs)
+        return parse_outputs(result.outputs)
 
     def _node_urns(self, indexes: Sequence[int]) -> list[str]:
         """The URNs of the instances declared as ``node-<index>`` (every provider names them so)."""
@@ -269,7 +171,7 @@ class ClusterStack:
 
     def outputs(self) -> ClusterOutputs:
         """The outputs of the last successful ``up``."""
-        return _parse_outputs(self._stack.outputs())
+        return parse_outputs(self._stack.outputs())
 
     def destroy(self, on_output: Callable[[str], Any] | None = None,
                 message: str = "skyward: pool closed",
@@ -359,6 +261,11 @@ class ClusterStack:
         """Every update, newest first (up, destroy, refresh ...)."""
         return self._stack.history(show_secrets=False)
 
+    def mark_taken_down(self, by: str) -> None:
+        """Tag the stack as destroyed from outside its pool (before destroying it), so its
+        owner, if it still runs, stops instead of recreating its nodes."""
+        self._stack.set_tag(TAG_PREFIX + DOWN_BY, by)
+
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""
         return skyward_tags(self._stack.workspace.list_tags(self.name))
@@ -370,8 +277,6 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
     ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each.
     The file backend's records are read from disk when their layout is known (no command).
     """
-    from skyward_iac.infra.gc import StackRecord
-
     stored = state_files.read_stacks(home.state_dir(), PROJECT)
     if stored is not None:
         return [StackRecord(s.name, skyward_tags(s.tags), s.resource_count) for s in stored]
@@ -388,23 +293,3 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
             tags = skyward_tags(workspace.list_tags(name))
         records.append(StackRecord(name, tags, count))
     return records
-
-
-def _parse_outputs(outputs: Mapping[str, auto.OutputValue]) -> ClusterOutputs:
-    nodes = tuple(
-        NodeAddress(
-            index=int(n["index"]), private_address=n["private_address"],
-            public_address=n["public_address"], ssh_port=int(n["ssh_port"]),
-            ssh_user=n["ssh_user"], host_key=n["host_key"], workdir=n["workdir"],
-        )
-        for n in outputs["nodes"].value
-    )
-    etcd = outputs.get("etcd")
-    return ClusterOutputs(
-        nodes=nodes,
-        ssh_private_key=outputs["ssh_private_key"].value,
-        agent_token=outputs["agent_token"].value,
-        etcd=EtcdMaterial(**etcd.value) if etcd is not None else None,
-        volume_keys=keys_from_outputs(
-            outputs["volume_keys"].value if "volume_keys" in outputs else None),
-    )

@@ -119,6 +119,12 @@ class EventBus:
         self._subscriptions = subscriptions
         self._task_detail = any(s.wants_task_detail for s in subscriptions)
 
+    def listens(self, kind: type[Event]) -> bool:
+        """Whether a subscriber other than a summary one (a console) wants ``kind`` events;
+        the pool builds events nobody reads (a ``Log`` per output line) only when one does."""
+        return any(not s.summary and (not s.types or issubclass(kind, s.types))
+                   for s in self._subscriptions)
+
     def emit(self, event: Event) -> None:
         """Deliver ``event`` to every matching subscriber; a failing one is logged, not raised."""
         for subscription in self._subscriptions:

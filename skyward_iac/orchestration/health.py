@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from skyward_iac.api.function import function
 from skyward_iac.api.health import HealthChecker
-from skyward_iac.orchestration.calls import PackedCall, pack_call
 from skyward_iac.orchestration.node import Node
+from skyward_iac.remote.calls import PackedCall, pack_call
 
 log = logging.getLogger("skyward")
 #: Extra seconds the client waits past the probe's timeout (the agent client fails it first).
@@ -60,18 +60,17 @@ def probe_outcome(future: Future[object], timeout: float) -> tuple[bool, str]:
 
 
 class HealthMonitor:
-    """A daemon thread probing every ready node each ``checker.interval`` seconds.
+    """A daemon thread probing every node in service each ``checker.interval`` seconds.
 
-    ``nodes`` is the pool's live list; ``skip(index)`` tells which nodes to leave alone (lost,
-    being replaced); ``on_unhealthy(index, reason)`` is called once per failing streak.
+    ``nodes()`` gives the nodes in service now; ``on_unhealthy(index, reason)`` is called once
+    per failing streak (the node then leaves service and is recreated).
     """
 
-    def __init__(self, checker: HealthChecker, nodes: Sequence[Node], slots: int,
-                 skip: Callable[[int], bool], on_unhealthy: Callable[[int, str], None]) -> None:
+    def __init__(self, checker: HealthChecker, nodes: Callable[[], Sequence[Node]], slots: int,
+                 on_unhealthy: Callable[[int, str], None]) -> None:
         self.checker = checker
         self.nodes = nodes
         self.slots = slots
-        self.skip = skip
         self.on_unhealthy = on_unhealthy
         self.tally = FailureTally(checker.failures)
         self._probe: PackedCall = pack_call(function(checker.check)(), copy=False)
@@ -91,12 +90,13 @@ class HealthMonitor:
     def probe_all(self) -> None:
         """One round: probe every eligible node at once, then count the outcomes."""
         sent: list[tuple[int, Future[object]]] = []
-        for index, node in enumerate(list(self.nodes)):
+        for node in self.nodes():
+            index = node.index
             if self._known.get(index) is not node:
                 self._known[index] = node
                 self.tally.forget(index)
-            if self.skip(index) or node.agent.in_flight >= self.slots:
-                continue  # lost, or busy answering user tasks
+            if node.agent.in_flight >= self.slots:
+                continue  # busy answering user tasks
             try:
                 future = node.agent.submit(self._name, self._probe.payload, self.checker.timeout,
                                            self._probe.buffers)

@@ -1,44 +1,159 @@
 """The client's side of the dead-man switch: touch every node's heartbeat file over SFTP.
 
-While it runs, nodes keep living; if this process dies or loses the network, every node stops
-itself ``ttl`` seconds later (see remote/watchdog.py and the cloud-init watchdog).
+While beats arrive, a node keeps living; when they stop for ``ttl`` seconds (this process died,
+lost the network, or the node is unreachable) the node stops itself (remote/watchdog.py on
+Local, the cloud-init watchdog on clouds). A node is beaten from its first SSH contact, through
+its bootstrap, until the pool closes, over an SFTP channel of its own: nothing else (the
+bootstrap's uploads, a closed cached client) can take it away. A failing beat is a warning at
+once; a node unreachable for ``ttl`` has stopped itself and is reported lost.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
 
-from skyward_iac.orchestration.node import Node
+import fabric
 
 log = logging.getLogger("skyward")
 
 
-def beat_interval(ttl: int) -> float:
+def beat_interval(ttl: float) -> float:
     """A third of the ttl (so two beats may be lost), between 0.5 and 30 seconds."""
     return min(30.0, max(0.5, ttl / 3))
 
 
-class Heartbeat:
-    """A daemon thread touching ``<workdir>/heartbeat`` on every node every ``beat_interval``."""
+def beat_timeout(ttl: float) -> float:
+    """How long one beat may take before it counts as failed: a beat that hangs must not
+    hold the others back for long."""
+    return min(10.0, max(1.0, beat_interval(ttl)))
 
-    def __init__(self, nodes: Sequence[Node], ttl: int) -> None:
-        self.nodes = nodes
+
+@dataclass
+class _Beat:
+    index: int
+    connection: fabric.Connection
+    path: str
+    last_ok: float
+    sftp: Any = None
+    failures: int = 0
+    #: Held while a beat is under way: a node is never beaten twice at once.
+    busy: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Heartbeat:
+    """Beats every registered node every ``beat_interval(ttl)`` seconds from a daemon thread.
+
+    ``on_silent(index, reason)`` is called (once) for a node no beat has reached for ``ttl``
+    seconds: it has stopped itself by now.
+    """
+
+    def __init__(self, ttl: float, on_silent: Callable[[int, str], Any], stack: str = "") -> None:
+        self.ttl = ttl
         self.interval = beat_interval(ttl)
+        self.on_silent = on_silent
+        self.stack = stack
+        self._beats: dict[int, _Beat] = {}
+        self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="skyward-beat")
         self._thread = threading.Thread(target=self._run, name="skyward-heartbeat", daemon=True)
         self._thread.start()
 
+    def add(self, index: int, connection: fabric.Connection, workdir: str) -> None:
+        """Start beating node ``index`` (at its first SSH contact), with one beat now."""
+        beat = _Beat(index, connection, f"{workdir}/heartbeat", time.monotonic())
+        with self._lock:
+            old = self._beats.get(index)
+            self._beats[index] = beat
+        if old is not None:
+            _close(old)
+        self._beat(beat)
+
+    def remove(self, index: int, connection: fabric.Connection | None = None) -> None:
+        """Stop beating node ``index`` (only if still registered with ``connection``)."""
+        with self._lock:
+            beat = self._beats.get(index)
+            if beat is None or (connection is not None and beat.connection is not connection):
+                return
+            del self._beats[index]
+        _close(beat)
+
     def _run(self) -> None:
         while not self._stopped.wait(self.interval):
-            for node in self.nodes:
-                try:
-                    node.connection.sftp().utime(f"{node.address.workdir}/heartbeat", None)
-                except Exception as exc:  # noqa: BLE001 - a lost node is noticed elsewhere
-                    log.debug("heartbeat to node %s failed: %s", node.address.index, exc)
+            with self._lock:
+                beats = list(self._beats.values())
+            for _ in self._threads.map(self._beat, beats):
+                pass
+            now = time.monotonic()
+            for beat in beats:
+                silent = now - beat.last_ok
+                if silent > self.ttl and not self._stopped.is_set():
+                    self.remove(beat.index, beat.connection)
+                    log.error("stack %s: no heartbeat reached node %d for %.0fs (ttl %gs): it has "
+                              "stopped itself", self.stack, beat.index, silent, self.ttl)
+                    self.on_silent(beat.index, f"no heartbeat reached it for {silent:.0f}s "
+                                               f"(ttl {self.ttl:g}s)")
+
+    def _beat(self, beat: _Beat) -> None:
+        if not beat.busy.acquire(blocking=False):
+            return  # a beat is under way already
+        try:
+            self._beat_once(beat)
+        finally:
+            beat.busy.release()
+
+    def _beat_once(self, beat: _Beat) -> None:
+        try:
+            if beat.sftp is None:
+                beat.sftp = beat.connection.client.open_sftp()
+                beat.sftp.get_channel().settimeout(beat_timeout(self.ttl))
+            _touch(beat.sftp, beat.path)
+        except Exception as exc:  # noqa: BLE001 - any failure is reported the same way
+            _close(beat)
+            beat.failures += 1
+            if self._stopped.is_set():
+                return
+            silent = time.monotonic() - beat.last_ok
+            # Loud, and again every few failures: a node whose beats fail stops itself at ttl.
+            if beat.failures == 1 or beat.failures % 5 == 0:
+                log.warning("stack %s: heartbeat to node %d failed (%s: %s); no beat for %.0fs, "
+                            "it stops itself after %gs", self.stack, beat.index,
+                            type(exc).__name__, exc, silent, self.ttl)
+            return
+        if beat.failures:
+            log.info("stack %s: heartbeat to node %d works again", self.stack, beat.index)
+        beat.failures = 0
+        beat.last_ok = time.monotonic()
 
     def stop(self) -> None:
-        """Stop beating (the stack is about to be destroyed, or the client is leaving)."""
+        """Stop beating every node (the pool is closing)."""
         self._stopped.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=self.interval + beat_timeout(self.ttl) + 1)
+        with self._lock:
+            beats, self._beats = list(self._beats.values()), {}
+        for beat in beats:
+            _close(beat)
+        self._threads.shutdown(wait=False)
+
+
+def _touch(sftp: Any, path: str) -> None:
+    """Set ``path``'s modification time to now, creating it if the node has none yet."""
+    try:
+        sftp.utime(path, None)
+    except FileNotFoundError:
+        sftp.open(path, "a").close()
+
+
+def _close(beat: _Beat) -> None:
+    sftp, beat.sftp = beat.sftp, None
+    if sftp is not None:
+        try:
+            sftp.close()
+        except Exception:  # noqa: BLE001 - closing a broken channel
+            pass

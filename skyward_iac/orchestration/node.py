@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import shlex
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -15,18 +17,19 @@ import fabric
 
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.api.spec import Options, Spec
-from skyward_iac.infra.stack import ClusterOutputs, NodeAddress
 from skyward_iac.observability.events import (
     BootstrapConsole,
     BootstrapPhase,
     Event,
     InstanceBootstrapped,
 )
+from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
-from skyward_iac.remote.agent_client import AgentClient
+from skyward_iac.remote.agent_client import AgentClient, OnLost, Submission
 from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
 from skyward_iac.remote.bootstrap_progress import StepUpdate
 from skyward_iac.remote.includes import IncludesArchive, build_archive
+from skyward_iac.remote.protocol import PreemptionNotice
 from skyward_iac.remote.volumes import MountPlan, unmount_script
 
 log = logging.getLogger("skyward")
@@ -111,9 +114,31 @@ def _bootstrap_reporters(
     return on_step, on_line
 
 
-@dataclass
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What every node start of one pool shares: timeouts, and where each node's output,
+    events, metrics, notices and lost tasks go."""
+
+    stack: str
+    ssh_timeout: float
+    ssh_retry_interval: float
+    on_output: Callable[[int, str, str], Any]
+    on_lost: OnLost
+    #: Hears each bootstrap step (``BootstrapPhase``), its lines and ``InstanceBootstrapped``.
+    on_event: Callable[[Event], Any] | None = None
+    #: Called with (index, connection, workdir) at the first SSH contact: the heartbeat starts.
+    on_contact: Callable[[int, fabric.Connection, str], Any] | None = None
+    on_metrics: Callable[[int, tuple[Any, ...]], Any] | None = None
+    on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
+    #: The pool's task ids: one sequence for every node, so an id names one task.
+    task_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    #: The pool's node-side plugin hooks, pickled (sent with every Configure).
+    plugins: bytes | None = None
+
+
+@dataclass(eq=False)
 class Node:
-    """A connected, bootstrapped node with its agent ready for tasks."""
+    """A connected, bootstrapped node with its agent ready for tasks (compared by identity)."""
 
     address: NodeAddress
     connection: fabric.Connection
@@ -123,43 +148,61 @@ class Node:
     plugins: bytes | None = None
 
     @classmethod
-    def start(cls, address: NodeAddress, outputs: ClusterOutputs, plan: BootstrapPlan,
-              ssh_timeout: float, instance: InstanceInfo,
-              on_output: Callable[[int, str, str], Any], collections: Any = None,
-              on_lost: Callable[[int], Any] | None = None, plugins: bytes | None = None,
-              on_event: Callable[[Event], Any] | None = None, stack: str = "") -> Node:
-        """Connect over SSH (pinned host key), bootstrap, open the agent tunnel, and tell the
-        agent where the node sits in the pool. ``on_event`` hears each bootstrap step
-        (``BootstrapPhase``), its output lines and, at the end, ``InstanceBootstrapped``."""
+    def start(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
+              plan: BootstrapPlan, instance: InstanceInfo, collections: Any = None) -> Node:
+        """Connect over SSH (pinned host key, the stack's key from ``outputs``), bootstrap,
+        open the agent tunnel, and tell the agent where the node sits in the pool."""
         started = time.monotonic()
+        timeout = launch.ssh_timeout
         # A cloud instance may still be booting: keep trying while its sshd comes up.
-        wait = max(ssh_timeout, ssh.CLOUD_BOOT_WAIT) if plan.cloud_init else ssh_timeout
-        connection = ssh.connect(address, outputs.ssh_private_key, ssh_timeout, wait=wait)
+        wait = max(timeout, ssh.CLOUD_BOOT_WAIT) if plan.cloud_init else timeout
+        connection = ssh.connect(address, outputs.ssh_private_key, timeout, wait=wait,
+                                 retry_interval=launch.ssh_retry_interval)
         try:
-            on_step, on_line = _bootstrap_reporters(stack, address.index, on_event)
+            if launch.on_contact is not None:
+                launch.on_contact(address.index, connection, address.workdir)
+            on_step, on_line = _bootstrap_reporters(launch.stack, address.index, launch.on_event)
             port = bootstrap(connection, plan, outputs.agent_token, on_step, on_line)
-            channel = ssh.open_tunnel(connection, port, ssh_timeout)
-            agent = AgentClient(channel, outputs.agent_token, address.index, on_output, on_lost)
-            node = cls(address, connection, agent, plan, plugins)
+            channel = ssh.open_tunnel(connection, port, timeout)
+            agent = AgentClient(channel, outputs.agent_token, address.index, ids=launch.task_ids,
+                                on_output=launch.on_output, on_lost=launch.on_lost)
+            agent.on_metrics, agent.on_preemption = launch.on_metrics, launch.on_preemption
+            node = cls(address, connection, agent, plan, launch.plugins)
             node.configure(instance, collections)
         except BaseException:
             connection.close()
             raise
-        if on_event is not None:
-            on_event(InstanceBootstrapped(stack=stack, node=address.index,
-                                          duration=time.monotonic() - started))
+        if launch.on_event is not None:
+            launch.on_event(InstanceBootstrapped(stack=launch.stack, node=address.index,
+                                                 duration=time.monotonic() - started))
         return node
+
+    @property
+    def index(self) -> int:
+        return self.address.index
 
     def configure(self, instance: InstanceInfo, collections: Any = None) -> None:
         """(Re)tell the agent its place in the pool, e.g. after a peer was replaced."""
         computed = {"global_worker_index", "total_workers", "is_head", "hostname"}
         self.agent.configure(instance.model_dump(exclude=computed), collections, self.plugins)
 
-    def close(self) -> None:
-        """Close the agent channel, unmount the node's volumes (so buffered writes reach the
-        bucket before the node goes away), and close the SSH connection."""
+    def fence(self, timeout: float = 10.0) -> bool:
+        """Kill the node's agent and every worker of it over SSH, so none of its tasks runs on;
+        True once nothing of them is left (False: unreachable, the stack must remove it)."""
         try:
-            self.agent.close()
+            result = self.connection.run(fence_command(self.address.workdir), hide=True,
+                                         warn=True, timeout=timeout, in_stream=False)
+        except Exception as exc:  # noqa: BLE001 - unreachable: the caller falls back
+            log.info("node %d: fencing over SSH failed: %s", self.index, exc)
+            return False
+        return result.exited == 0
+
+    def close(self) -> list[Submission]:
+        """Close the agent channel, unmount the node's volumes (so buffered writes reach the
+        bucket before the node goes away), and close the SSH connection. Returns the tasks
+        that were still pending on it (unresolved: the caller decides)."""
+        pending = self.agent.close()
+        try:
             if self.plan is not None and self.plan.volumes.unmount:
                 result = self.connection.run(
                     unmount_script(self.plan.volumes, self.address.workdir), hide=True,
@@ -171,3 +214,14 @@ class Node:
             log.warning("node %d: unmounting volumes failed: %s", self.address.index, exc)
         finally:
             self.connection.close()
+        return pending
+
+
+def fence_command(workdir: str) -> str:
+    """A shell command that kills a node's agent with its whole process group (its workers)
+    and exits 0 once none of them is left (1 if some survive 5 s)."""
+    pid_file = shlex.quote(f"{workdir}/run/agent.pid")
+    return (f'pid=$(cat {pid_file} 2>/dev/null) || exit 0; [ -n "$pid" ] || exit 0; '
+            'kill -KILL -- -"$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; '
+            'for _ in $(seq 1 50); do kill -0 -- -"$pid" 2>/dev/null || exit 0; sleep 0.1; done; '
+            'exit 1')

@@ -7,22 +7,17 @@ the backend keeps only pools that really ran.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from skyward_iac.api.errors import ConfigError, EngineNotFoundError
+from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import Options, Spec
 from skyward_iac.infra import engine
 from skyward_iac.infra.offers import Choice
+from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.stack import ClusterStack, Plan
-
-#: The Python package whose ``pulumi-plugin.json`` names each cloud's provider plugin version.
-PLUGIN_PACKAGES = {"aws": "pulumi_aws", "gcp": "pulumi_gcp"}
+from skyward_iac.orchestration.plan import plan_pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,37 +58,6 @@ class Preview:
         }
 
 
-def plugin_version(provider: str) -> str:
-    """The provider plugin version the installed Pulumi SDK for ``provider`` needs."""
-    text = resources.files(PLUGIN_PACKAGES[provider]).joinpath("pulumi-plugin.json").read_text()
-    return str(json.loads(text)["version"])
-
-
-def require_plugin(provider: str) -> None:
-    """Raise ``EngineNotFoundError`` with the install command if ``provider``'s plugin is missing.
-
-    skyward_iac runs the engine with automatic plugin downloads off and its own PULUMI_HOME,
-    so a plugin counts only if it is there (or on the engine's PATH).
-    """
-    if provider not in PLUGIN_PACKAGES:
-        return
-    version = plugin_version(provider)
-    env = engine.engine_env(engine.find_engine())
-    plugins = Path(env["PULUMI_HOME"]) / "plugins"
-    binary = f"pulumi-resource-{provider}"
-    if (plugins / f"resource-{provider}-v{version}" / binary).is_file():
-        return
-    if shutil.which(binary, path=env["PATH"]):
-        return
-    raise EngineNotFoundError(
-        f"the {provider} provider plugin ({binary} {version}) is not installed in "
-        f"{plugins}. Install it with:\n"
-        f"  PULUMI_HOME={env['PULUMI_HOME']} {engine.find_engine().binary} plugin install "
-        f"resource {provider} {version}\n"
-        "(it downloads from Pulumi's release host; see docs/providers.md for offline installs)"
-    )
-
-
 def preview(*specs: Spec, options: Options | None = None, hours: float = 1.0,
             on_output: Callable[[str], Any] | None = None, **fields: Any) -> Preview:
     """Preview the stack ``sky.Compute(*specs, options=options, **fields)`` would create.
@@ -103,16 +67,15 @@ def preview(*specs: Spec, options: Options | None = None, hours: float = 1.0,
     offer catalog (Local costs 0). Raises ``ConfigError`` for a bad request and
     ``EngineNotFoundError`` when the engine or the cloud's provider plugin is missing.
     """
-    from skyward_iac.orchestration.compute import Compute
-
     if hours < 0:
         raise ConfigError(f"hours must be >= 0, got {hours}")
-    compute = Compute(*specs, options=options, **fields)
-    require_plugin(compute.spec.provider.kind)
+    plan = plan_pool(specs, None, options, fields)
+    engine.find_engine()
+    require_plugin(plan.provider)
     # Without tags: a stack that is removed again needs none, and each tag is one CLI call.
-    stack = ClusterStack.create(compute.request, tags={})
+    stack = ClusterStack.create(plan.request, tags={})
     try:
-        plan = stack.preview(on_output=on_output)
+        planned = stack.preview(on_output=on_output)
     finally:
         stack.remove()
-    return Preview(plan=plan, choice=compute.choice, hours=hours)
+    return Preview(plan=planned, choice=plan.choice, hours=hours)

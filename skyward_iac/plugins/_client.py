@@ -81,7 +81,7 @@ def check_workers(plugins: Sequence[Plugin], worker: Worker) -> None:
 
 def node_plugins(plugins: Sequence[Plugin]) -> bytes | None:
     """The node-side hooks, pickled for the agents' ``Configure`` (None when there are none)."""
-    from skyward_iac.orchestration.calls import ship_module_by_value
+    from skyward_iac.remote.calls import ship_module_by_value
 
     shipped = tuple(p.for_nodes() for p in plugins if p.runs_on_nodes)
     if not shipped:

@@ -12,7 +12,7 @@ from joblib._parallel_backends import (  # type: ignore[import-untyped]
 )
 
 from skyward_iac.api.function import function
-from skyward_iac.orchestration.calls import ship_module_by_value
+from skyward_iac.remote.calls import ship_module_by_value
 
 if TYPE_CHECKING:
     from skyward_iac.orchestration.pool import Pool

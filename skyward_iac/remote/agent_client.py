@@ -3,6 +3,10 @@
 A reader thread resolves futures as results arrive; a deadline thread fails tasks that exceed
 their timeout (``TimeoutError`` naming the function and limit) and tells the agent to drop them.
 ``submit_many`` sends several tasks in one frame (the pool batches what it has queued).
+
+A task sent and not finished is *pending* here and belongs to this client. When the connection
+breaks (the reader sees it end, or a send fails), every pending task is taken exactly once and
+handed to ``on_lost``; the client never retries anything itself: the pool decides.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,56 +36,51 @@ from skyward_iac.remote.protocol import (
     Welcome,
 )
 
+#: Called with the node index, the tasks that were pending when its connection broke, and why.
+OnLost = Callable[[int, list["Submission"], str], Any]
 
-@dataclass
+
+@dataclass(eq=False)
 class Submission:
-    """One task to send: its pickled call (and out-of-band buffers) and the future to resolve.
+    """One task to send: its id (the same on the wire, in events and in the agent's log), its
+    pickled call (and out-of-band buffers) and the future to resolve."""
 
-    ``retry`` is asked first when the connection is lost: True means the caller has queued the
-    call again elsewhere, and the future is left alone.
-    """
-
+    task_id: int
     name: str
     payload: bytes
     timeout: float | None
     buffers: tuple[Any, ...] = ()
     future: Future[Any] = field(default_factory=Future)
-    retry: Callable[[], bool] | None = None
-    #: Called once when a worker on the node starts the task (at the latest with its result).
-    on_start: Callable[[], Any] | None = None
+    #: Set once a worker on the node has started it (at the latest with its result).
     started: bool = False
     #: Seconds the function ran on the node, set before ``future`` resolves with its result.
     duration: float | None = None
 
 
-def _release_callbacks(submission: Submission) -> None:
-    """Drop a finished submission's callbacks. They usually hold the caller's record of the
-    call, which holds this submission: without the cycle both are freed by reference counting
-    at once, instead of by the garbage collector, whose runs took ~40% of the client's CPU in
-    a 10,000-task map."""
-    submission.retry = submission.on_start = None
-
-
 class AgentClient:
     """A multiplexed task connection to one node's agent."""
 
-    def __init__(self, stream: ByteStream, token: str, node: int,
+    def __init__(self, stream: ByteStream, token: str, node: int, *,
+                 ids: Iterator[int] | None = None,
                  on_output: Callable[[int, str, str], Any] | None = None,
-                 on_lost: Callable[[int], Any] | None = None,
-                 on_results: Callable[[], Any] | None = None) -> None:
+                 on_lost: OnLost | None = None) -> None:
         self.node = node
+        self._ids = ids or itertools.count(1)
         self._on_output = on_output
-        self._on_lost = on_lost
+        #: Called once per broken connection with the tasks it had pending (see module doc).
+        self.on_lost = on_lost
         #: Called after each frame of results is resolved (the pool's dispatcher waits on it).
-        self.on_results = on_results
+        self.on_results: Callable[[], Any] | None = None
+        #: Called with the node index and a submission when a worker starts it.
+        self.on_started: Callable[[int, Submission], Any] | None = None
         #: Called with the node index and each batch of the agent's metric samples.
         self.on_metrics: Callable[[int, tuple[Any, ...]], Any] | None = None
         #: Called with the node index and the notice when its cloud announces its preemption.
         self.on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
         self._stream = stream
         self._send_lock = threading.Lock()
-        self._ids = itertools.count(1)
         self._pending: dict[int, Submission] = {}
+        self._pending_lock = threading.Lock()
         self._deadlines: list[tuple[float, int, float]] = []
         self._deadline_wakeup = threading.Condition()
         self._closed = False
@@ -99,6 +98,11 @@ class AgentClient:
         """Tasks sent and not finished yet."""
         return len(self._pending)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed (by us or by the peer)."""
+        return self._closed
+
     def configure(self, instance: dict[str, Any], collections: Any = None,
                   plugins: bytes | None = None) -> None:
         """Tell the agent, before any task, the node's ``InstanceInfo`` (as a dict), the
@@ -110,8 +114,9 @@ class AgentClient:
 
     def submit(self, name: str, payload: bytes, timeout: float | None,
                buffers: tuple[Any, ...] = ()) -> Future[Any]:
-        """Send one task (``payload`` = pickled ``(fn, args, kwargs)``); returns its future."""
-        submission = Submission(name, payload, timeout, buffers)
+        """Send one task (``payload`` = pickled ``(fn, args, kwargs)``); returns its future.
+        Used for work outside the pool's queue (health probes); lost ones just fail."""
+        submission = Submission(next(self._ids), name, payload, timeout, buffers)
         submission.future.set_running_or_notify_cancel()
         self.submit_many([submission])
         return submission.future
@@ -120,54 +125,91 @@ class AgentClient:
         """Send several tasks in one frame; each ``future`` resolves with its task's outcome
         (a future already cancelled is skipped).
 
-        ``NodeConnectionError`` when the connection is closed or the send fails (then none of
-        these tasks is pending).
+        ``NodeConnectionError`` when the connection is already closed (then nothing was
+        taken). A send that fails breaks the connection: the tasks it had taken go to
+        ``on_lost`` like any other pending task.
         """
-        if self._closed:
-            raise NodeConnectionError(f"node {self.node}: connection is closed")
         tasks = []
-        now, earliest_before = time.monotonic(), None
-        for submission in submissions:
-            if submission.future.cancelled():
-                continue
-            task_id = next(self._ids)
-            self._pending[task_id] = submission
-            tasks.append(Task(task_id, submission.name, submission.payload, submission.timeout,
-                              submission.buffers))
+        with self._pending_lock:
+            # Checked under the lock that closing takes: a task added here is always either
+            # resolved or handed back by whoever closes the connection.
+            if self._closed:
+                raise NodeConnectionError(f"node {self.node}: connection is closed")
+            for submission in submissions:
+                if submission.future.cancelled():
+                    continue
+                self._pending[submission.task_id] = submission
+                tasks.append(Task(submission.task_id, submission.name, submission.payload,
+                                  submission.timeout, submission.buffers))
         if not tasks:
             return
-        deadlines = [(now + t.timeout, t.task_id, t.timeout) for t in tasks if t.timeout is not None]
-        if deadlines:
-            with self._deadline_wakeup:
-                if len(self._deadlines) > 2 * len(self._pending) + 4096:
-                    # Deadlines of finished tasks linger until they pass: drop them in bulk.
-                    self._deadlines = [d for d in self._deadlines if d[1] in self._pending]
-                    heapq.heapify(self._deadlines)
-                earliest_before = self._deadlines[0][0] if self._deadlines else None
-                for deadline in deadlines:
-                    heapq.heappush(self._deadlines, deadline)
-                # The deadline thread sleeps until the earliest deadline: wake it only if that moved.
-                if earliest_before is None or self._deadlines[0][0] < earliest_before:
-                    self._deadline_wakeup.notify()
+        self._add_deadlines(tasks)
         frames = protocol.encode(protocol.batched(tasks))
         try:
             with self._send_lock:
                 protocol.send(self._stream, frames)
         except OSError as exc:
-            for task in tasks:
-                self._pending.pop(task.task_id, None)
             names = ", ".join(sorted({s.name for s in submissions}))
-            raise NodeConnectionError(f"node {self.node}: sending {names} failed: {exc}") from exc
+            self._broken(f"sending {names} failed: {exc}")
 
-    def close(self) -> None:
-        """Stop; tasks still pending fail with ``NodeConnectionError``."""
-        self._closed = True
+    def _add_deadlines(self, tasks: list[Task]) -> None:
+        now = time.monotonic()
+        deadlines = [(now + t.timeout, t.task_id, t.timeout) for t in tasks if t.timeout is not None]
+        if not deadlines:
+            return
         with self._deadline_wakeup:
-            self._deadline_wakeup.notify()
+            if len(self._deadlines) > 2 * len(self._pending) + 4096:
+                # Deadlines of finished tasks linger until they pass: drop them in bulk.
+                self._deadlines = [d for d in self._deadlines if d[1] in self._pending]
+                heapq.heapify(self._deadlines)
+            earliest_before = self._deadlines[0][0] if self._deadlines else None
+            for deadline in deadlines:
+                heapq.heappush(self._deadlines, deadline)
+            # The deadline thread sleeps until the earliest deadline: wake it only if that moved.
+            if earliest_before is None or self._deadlines[0][0] < earliest_before:
+                self._deadline_wakeup.notify()
+
+    def close(self) -> list[Submission]:
+        """Close the connection; returns the tasks still pending (unresolved: the caller
+        decides what becomes of them). ``on_lost`` is not called for a close."""
+        taken = self._shut()
         close = getattr(self._stream, "close", None)
         if close:
             close()
-        self._fail_all(NodeConnectionError(f"node {self.node}: pool closed"))
+        return taken or []
+
+    def _shut(self) -> list[Submission] | None:
+        """Mark the connection closed and take every pending task; None when it was closed
+        already (the first closer takes them all)."""
+        with self._pending_lock:
+            if self._closed:
+                return None
+            self._closed = True
+            taken, self._pending = list(self._pending.values()), {}
+        with self._deadline_wakeup:
+            self._deadline_wakeup.notify()
+        return taken
+
+    def _take(self, task_id: int) -> Submission | None:
+        with self._pending_lock:
+            return self._pending.pop(task_id, None)
+
+    def _broken(self, reason: str) -> None:
+        """The connection is unusable: close it and hand every pending task to ``on_lost``
+        (once per task, whichever thread notices first)."""
+        lost = self._shut()
+        if lost is None:
+            return
+        close = getattr(self._stream, "close", None)
+        if close:
+            try:
+                close()
+            except OSError:
+                pass
+        if self.on_lost is not None:
+            self.on_lost(self.node, lost, reason)
+        else:
+            fail(lost, NodeConnectionError(f"node {self.node}: {reason}"))
 
     def _read_results(self) -> None:
         try:
@@ -190,14 +232,10 @@ class AgentClient:
                 if resolved and self.on_results is not None:
                     self.on_results()
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
-            if not self._closed:
-                self._closed = True
-                self._fail_all(NodeConnectionError(f"node {self.node}: agent connection lost: {exc}"))
-                if self._on_lost is not None:
-                    self._on_lost(self.node)
+            self._broken(f"agent connection lost: {exc}")
 
     def _resolve(self, result: Result) -> None:
-        entry = self._pending.pop(result.task_id, None)
+        entry = self._take(result.task_id)
         if entry is None:
             return  # timed out already
         future, name = entry.future, entry.name
@@ -205,7 +243,6 @@ class AgentClient:
             return  # cancelled by its caller
         entry.duration = result.duration
         self._started(entry)  # a short task's Started travels as its Result
-        _release_callbacks(entry)
         outcome: BaseException | None = None
         value: Any = None
         if result.failure is not None:
@@ -232,12 +269,11 @@ class AgentClient:
         except InvalidStateError:
             pass  # cancelled meanwhile
 
-    @staticmethod
-    def _started(submission: Submission) -> None:
+    def _started(self, submission: Submission) -> None:
         if not submission.started:
             submission.started = True
-            if submission.on_start is not None:
-                submission.on_start()
+            if self.on_started is not None:
+                self.on_started(self.node, submission)
 
     def _expire_deadlines(self) -> None:
         while not self._closed:
@@ -250,14 +286,13 @@ class AgentClient:
                 if self._closed:
                     return
                 _, task_id, limit = heapq.heappop(self._deadlines)
-            entry = self._pending.pop(task_id, None)
+            entry = self._take(task_id)
             if entry is None:
                 continue
-            _release_callbacks(entry)
-            future, name = entry.future, entry.name
             try:
-                future.set_exception(TimeoutError(
-                    f"{name} did not finish within its timeout of {limit:g}s on node {self.node}"
+                entry.future.set_exception(TimeoutError(
+                    f"{entry.name} did not finish within its timeout of {limit:g}s on node "
+                    f"{self.node} (task {task_id})"
                 ))
             except InvalidStateError:
                 pass  # cancelled by its caller
@@ -267,15 +302,15 @@ class AgentClient:
             except OSError:
                 pass
 
-    def _fail_all(self, error: Exception) -> None:
-        pending, self._pending = self._pending, {}
-        for submission in pending.values():
-            if submission.retry is not None and submission.retry():
-                continue
-            try:
-                submission.future.set_exception(error)
-            except InvalidStateError:
-                pass  # already cancelled
+
+def fail(submissions: list[Submission], error: BaseException) -> None:
+    """Resolve every unfinished future of ``submissions`` with ``error`` (cancelled and
+    finished ones are left as they are)."""
+    for submission in submissions:
+        try:
+            submission.future.set_exception(error)
+        except InvalidStateError:
+            pass  # already done or cancelled
 
 
 def rebuild_exception(failure: Failure, node: int) -> BaseException:

@@ -381,7 +381,9 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str,
     A failed step raises ``BootstrapError`` naming the step, command, exit code and output tail.
     """
     workdir = plan.workdir
-    sftp = conn.sftp()
+    # A client of its own, closed below: Fabric's cached ``conn.sftp()`` would stay closed
+    # for everyone else who asks for it later.
+    sftp = conn.client.open_sftp()
     try:
         if plan.uv is None:
             plan = replace(plan, uv=_find_or_ship_uv(conn, sftp, workdir))

@@ -180,7 +180,7 @@ class Slots:
     def _start_plugins(self, configuration: Configure) -> bool:
         """Load the plugins and enter their ``around_app``; True when the workers were
         replaced to start under them."""
-        from skyward_iac.plugins._node import NodePlugins
+        from skyward_iac.remote.plugin_hooks import NodePlugins
 
         try:
             self.plugins = NodePlugins.load(configuration.plugins)

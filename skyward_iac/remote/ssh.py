@@ -13,7 +13,7 @@ import fabric
 import paramiko
 
 from skyward_iac.api.errors import HostKeyMismatchError, NodeConnectionError
-from skyward_iac.infra.stack import NodeAddress
+from skyward_iac.outputs import NodeAddress
 
 #: Preferred first when the server offers them: AES-GCM is an AEAD cipher, so paramiko skips
 #: the separate HMAC pass over every packet (bulk transfers ~1.5x faster than aes128-ctr).

@@ -311,7 +311,7 @@ def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
     """Once per process, before any task: the plugins' ``around_process`` and decorators."""
     global process_plugins
     if process_plugins is None:
-        from skyward_iac.plugins._node import start_in_process
+        from skyward_iac.remote.plugin_hooks import start_in_process
 
         process_plugins = start_in_process(pickled, instance)
 

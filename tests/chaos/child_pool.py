@@ -3,7 +3,10 @@
 Usage: python child_pool.py NODES TTL MODE, where MODE is:
   idle  - print READY <stack> once the pool is ready, then wait forever inside the block;
   task  - print READY <stack>, then run a long task inside the block;
-  exit  - leave the block at once (the test interrupts the destroy).
+  exit  - leave the block at once (the test interrupts the destroy);
+  queued - print READY, queue 200 slow calls and cancel half of their futures, then wait
+           (the test interrupts it with work queued);
+  raise  - queue 200 slow calls, cancel some, then raise RuntimeError out of the block.
 Progress lines go to stderr through the `skyward` logger; READY goes to stdout.
 """
 
@@ -19,6 +22,11 @@ def long_task() -> None:
     time.sleep(600)
 
 
+@sky.function
+def slow() -> None:
+    time.sleep(2)
+
+
 def main() -> None:
     nodes, ttl, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
@@ -30,6 +38,15 @@ def main() -> None:
                 time.sleep(1)
         if mode == "task":
             long_task() >> pool
+        if mode in ("queued", "raise"):
+            futures = [slow() > pool for _ in range(200)]
+            for future in futures[::2]:
+                future.cancel()
+            print("QUEUED", flush=True)
+            if mode == "raise":
+                raise RuntimeError("the user's code failed with work queued")
+            while True:
+                time.sleep(1)
 
 
 if __name__ == "__main__":

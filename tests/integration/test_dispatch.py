@@ -120,7 +120,7 @@ def test_finished_calls_are_freed_without_the_garbage_collector(pool: sky.Pool) 
     collector's runs cost ~40% of the client's CPU when they did."""
     import gc
 
-    from skyward_iac.orchestration.pool import _Call
+    from skyward_iac.orchestration.dispatch import Call as _Call
     from skyward_iac.remote.agent_client import Submission
 
     pool.map(lambda x: x, range(50))

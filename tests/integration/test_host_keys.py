@@ -10,7 +10,9 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.infra.keys import generate_keypair
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.stack import ClusterOutputs, ClusterStack, new_stack_name, stack_tags
+from skyward_iac.infra.stack import ClusterStack, new_stack_name
+from skyward_iac.infra.tags import stack_tags
+from skyward_iac.outputs import ClusterOutputs
 from skyward_iac.remote import ssh
 
 

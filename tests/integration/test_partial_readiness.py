@@ -41,3 +41,33 @@ def test_the_body_starts_at_min_and_late_nodes_join() -> None:
         assert sorted(set(pool.map(lambda x: sky.instance_info().node, range(16)))) == [0, 1, 2, 3]
     # The body began well before the slow nodes were done.
     assert joined - entered > SLOW / 2, (entered - started, joined - entered)
+
+
+def slow_head(cluster: object) -> tuple[str, ...]:
+    return (f'case "$W" in */node-0/work) sleep {SLOW};; esac',)
+
+
+@sky.function
+def count_from_a_task() -> int:
+    """A collections call made while the head (etcd) may still be bootstrapping."""
+    return sky.counter("early").increment()
+
+
+def test_min_nodes_means_any_nodes_and_collections_wait_for_a_slow_head() -> None:
+    """``Nodes(desired=3, min=1)`` enters when ANY node is ready, not the head first: here the
+    head is the slowest. Collections calls made before it is ready wait for it."""
+    plugin = sky.plugins.Plugin.create("slow-head").with_bootstrap(slow_head)
+    options = sky.Options(console=False, default_compute_timeout=120)
+    started = time.monotonic()
+    with sky.Compute(provider=sky.Local(), nodes=sky.Nodes(desired=3, min=1), plugins=[plugin],
+                     options=options) as pool:
+        entered = time.monotonic()
+        in_service = [node.index for node in pool.nodes]
+        assert 0 not in in_service and in_service, in_service
+        assert whoami() >> pool in (1, 2)  # work starts on the nodes that are ready
+        assert count_from_a_task() >> pool == 1  # waits for the head's etcd, then works
+        assert pool.counter("early").value == 1  # the client's tunnel waited for it too
+        head_at = time.monotonic()
+        assert 0 in [node.index for node in pool.nodes]
+    # The body began well before the slow head was done.
+    assert head_at - entered > SLOW / 2, (entered - started, head_at - entered)

@@ -11,8 +11,9 @@ import skyward_iac as sky
 from skyward_iac.api.errors import EngineNotFoundError, StackNotFoundError
 from skyward_iac.cli import main
 from skyward_iac.infra import home
+from skyward_iac.infra.provider_plugins import plugin_version, require_plugin
 from skyward_iac.infra.stack import ClusterStack
-from skyward_iac.orchestration.preview import plugin_version, preview, require_plugin
+from skyward_iac.orchestration.preview import preview
 from tests.helpers import stack_sandboxes
 
 pytestmark = pytest.mark.integration

@@ -122,7 +122,7 @@ def test_a_summary_subscriber_gets_counts_and_failures_but_no_per_task_events(
     subscription = pool.events.subscribe(got.append, summary=True)
     try:
         assert not pool.events.task_detail, "only summary subscribers (the console) listen"
-        before = (pool._tally.succeeded, pool._tally.failed)
+        before = (pool._dispatcher.events.tally.succeeded, pool._dispatcher.events.tally.failed)
         assert pool.map(square, range(200)) == [x * x for x in range(200)]
         try:
             fail("boom") >> pool
@@ -147,3 +147,30 @@ def test_a_summary_subscriber_gets_counts_and_failures_but_no_per_task_events(
     assert 2 <= len(progress) <= 30, len(progress)
     gaps = [b.timestamp - a.timestamp for a, b in zip(progress, progress[1:], strict=False)]
     assert min(gaps) >= 0.2, gaps
+
+
+@sky.function
+def chatty(tag: str) -> str:
+    import sys
+
+    print(f"hello from {tag}")
+    print(f"second line of {tag}")
+    print(f"oops from {tag}", file=sys.stderr)
+    return tag
+
+
+def test_task_output_reaches_subscribers_as_log_events(pool: sky.Pool) -> None:
+    logs: list[sky.Log] = []
+    subscription = pool.on(sky.Log, logs.append)
+    try:
+        assert chatty("t1") >> pool == "t1"
+        deadline = time.monotonic() + 10
+        while len([e for e in logs if "t1" in e.line]) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        subscription.cancel()
+    lines = {(e.stream, e.line) for e in logs if e.node is not None}
+    assert ("stdout", "hello from t1") in lines and ("stdout", "second line of t1") in lines
+    assert ("stderr", "oops from t1") in lines
+    assert all(e.stack == pool.stack_name for e in logs)
+    assert not pool.events.listens(sky.Log)  # nobody listens now: no events are built

@@ -30,7 +30,7 @@ from skyward_iac.infra.programs.cloud_init import (
 )
 from skyward_iac.infra.programs.common import SELF, IngressRule
 from skyward_iac.infra.programs.testing import ProgramMocks, run_program
-from skyward_iac.infra.stack import _parse_outputs
+from skyward_iac.outputs import parse_outputs as _parse_outputs
 
 CALLER = "198.51.100.7/32"
 INSTANCE = "aws:ec2/instance:Instance"

@@ -72,15 +72,17 @@ def test_a_pool_packs_its_includes_once_for_every_node(project: Path) -> None:
     """Late, replaced and added nodes get the code as it was when the pool started, even if
     the files change meanwhile (and the archive is not rebuilt per node)."""
     import skyward_iac as sky
-    from skyward_iac.infra.stack import NodeAddress
+    from skyward_iac.outputs import NodeAddress
 
     compute = sky.Compute(provider=sky.Local(), nodes=2,
                           image=sky.Image(includes=[str(project / "tool.py")]))
-    first = compute._includes
+    first = compute.plan.includes
     (project / "tool.py").write_text("X = 2\n")
     nodes = [NodeAddress(index=i, private_address=f"127.0.0.{i + 2}", public_address="",
                          ssh_port=22, ssh_user="u", host_key="k", workdir=f"/w/{i}")
              for i in range(2)]
-    plans = [compute._plan(node, SimpleNamespace(volume_keys={}, nodes=nodes, etcd=None))
+    plans = [compute.plan.bootstrap_plan(
+                 node, SimpleNamespace(volume_keys={}, nodes=nodes, etcd=None,
+                                       node=lambda i: nodes[i]))
              for node in nodes]
     assert all(plan.includes is first for plan in plans)

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from skyward_iac.api.errors import HostKeyMismatchError, NodeConnectionError
-from skyward_iac.infra.stack import NodeAddress
+from skyward_iac.outputs import NodeAddress
 from skyward_iac.remote import ssh
 
 

@@ -16,7 +16,7 @@ from skyward_iac.infra.programs import ClusterRequest, common, program_for
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.gcp import gcp_program
 from skyward_iac.infra.programs.testing import ProgramMocks, run_program
-from skyward_iac.infra.stack import _parse_outputs
+from skyward_iac.outputs import parse_outputs as _parse_outputs
 
 CALLER = "198.51.100.7/32"
 INSTANCE = "gcp:compute/instance:Instance"

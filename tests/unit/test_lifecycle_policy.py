@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra.gc import (
-    StackRecord,
-    collect_reason,
-    owner_gone,
-    process_started,
-    prune_reason,
-)
-from skyward_iac.infra.stack import decode_tags, encode_tags
+from skyward_iac.infra.gc import collect_reason, owner_gone, prune_reason
+from skyward_iac.infra.tags import StackRecord, decode_tags, encode_tags, process_started
 from skyward_iac.orchestration.compute import ending
 from skyward_iac.orchestration.heartbeat import beat_interval
 from skyward_iac.remote.watchdog import check_interval, silent_for

@@ -1,0 +1,97 @@
+"""The tags every pool's stack carries: what ops teams filter on, what gc and history read.
+
+Pure functions (plus reading this process's identity); no Pulumi import. ``stack.py`` writes
+them, ``gc.py`` and the CLI read them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib.metadata
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from skyward_iac.api.spec import Spec
+
+#: Prefix of every skyward tag in the backend (``skyward:owner``...).
+TAG_PREFIX = "skyward:"
+#: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) stay separate; the
+#: rest travel in one JSON tag, because every tag costs the engine one command.
+SEPARATE_TAGS = ("owner", "expires_at", "provider", "down_by")
+#: Set (to ``user@host``) by whoever destroys a pool's stack from outside it (``skyward-iac
+#: down``, gc): the owner, if it still runs, must not bring the nodes back.
+DOWN_BY = "down_by"
+RUN_TAG = "run"
+
+
+@dataclass(frozen=True, slots=True)
+class StackRecord:
+    """What listings and gc need to know about one stack: its tags and resource count."""
+
+    name: str
+    tags: dict[str, str]
+    resource_count: int
+
+
+def process_started(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags that identify this client process to a later collector."""
+    return {"pid": str(os.getpid()), "pid_started": process_started(os.getpid()) or "",
+            "host": socket.gethostname()}
+
+
+def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
+               usd_per_hour: float = 0.0) -> dict[str, str]:
+    """The tags every stack carries, read by ``gc``, ``history`` and ops teams."""
+    now = now or datetime.now(UTC)
+    accelerator = spec.accelerator
+    return {
+        "owner": f"{getpass.getuser()}@{socket.gethostname()}",
+        "created_at": now.isoformat(timespec="seconds"),
+        "expires_at": (now + timedelta(seconds=spec.ttl)).isoformat(timespec="seconds")
+        if spec.ttl else "never",
+        "ttl": str(spec.ttl),
+        "provider": spec.provider.kind,
+        "nodes": str(node_count),
+        "version": importlib.metadata.version("skyward_iac"),
+        "accelerator": f"{accelerator.count:g}x{accelerator.name}" if accelerator else "cpu",
+        "allocation": spec.allocation,
+        "usd_per_hour": f"{usd_per_hour:.4f}",
+        **owner_tags(),
+    }
+
+
+def encode_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The backend form: separate tags plus one ``run`` tag holding the others as JSON."""
+    separate = {k: v for k, v in tags.items() if k in SEPARATE_TAGS}
+    rest = {k: v for k, v in tags.items() if k not in SEPARATE_TAGS}
+    return {**separate, RUN_TAG: json.dumps(rest, separators=(",", ":"), sort_keys=True)}
+
+
+def decode_tags(stored: Mapping[str, str]) -> dict[str, str]:
+    """The inverse of ``encode_tags`` (tolerates stacks without a ``run`` tag)."""
+    tags = {k: v for k, v in stored.items() if k != RUN_TAG}
+    if RUN_TAG in stored:
+        try:
+            tags.update(json.loads(stored[RUN_TAG]))
+        except ValueError:
+            pass
+    return tags
+
+
+def skyward_tags(stored: Mapping[str, str]) -> dict[str, str]:
+    """The skyward tags among a stack's stored tags, without their prefix, decoded."""
+    return decode_tags(
+        {k.removeprefix(TAG_PREFIX): v for k, v in stored.items() if k.startswith(TAG_PREFIX)})

@@ -1,0 +1,173 @@
+"""``PoolPlan``: everything decided about a pool before its stack exists.
+
+Spec -> offer -> stack name -> ``ClusterRequest`` -> each node's ``BootstrapPlan`` and
+``InstanceInfo``. Validation happens here, so bad input fails before anything is provisioned;
+nothing here creates a stack, opens a connection or starts a thread. ``Compute`` acts on a
+plan; ``preview`` previews one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from skyward_iac import config_file
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.runtime import InstanceInfo, PeerInfo
+from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
+from skyward_iac.api.volumes import volume_keys
+from skyward_iac.infra import offers
+from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.stack import new_stack_name
+from skyward_iac.outputs import ClusterOutputs, NodeAddress
+from skyward_iac.plugins import _client as plugins
+from skyward_iac.remote.bootstrap import BootstrapPlan
+from skyward_iac.remote.includes import IncludesArchive, build_archive
+from skyward_iac.remote.volumes import mount_plan
+
+#: The head's coordination port (etcd's client port on the head node).
+HEAD_PORT = 2379
+
+
+def resolve_spec(specs: tuple[Spec, ...], name: str | None, fields: dict[str, Any],
+                 selection: SelectionStrategy = "cheapest") -> offers.Choice:
+    """The spec to provision and its offer; several Specs are a fallback list.
+
+    ``selection`` picks among several (``Options.selection``); a Local spec costs 0 and always
+    has its offer, so under ``"cheapest"`` it wins over any cloud.
+    """
+    if name is not None:
+        if specs or fields:
+            raise ConfigError("name= loads a whole pool from skyward.toml; it cannot be combined "
+                              f"with Specs or spec fields (got {len(specs)} Spec(s), "
+                              f"{sorted(fields)})")
+        specs = (config_file.load_pool(name),)
+    if specs and fields:
+        raise ConfigError(
+            "sky.Compute takes either Spec objects or spec fields as keyword arguments, not both "
+            f"(got {len(specs)} Spec(s) and {sorted(fields)})"
+        )
+    if not specs:
+        specs = (validated(Spec, **fields),)
+    if not all(isinstance(s, Spec) for s in specs):
+        raise ConfigError("positional arguments of sky.Compute must be sky.Spec objects")
+    return offers.select(specs, selection)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How many nodes a pool wants now, and the range autoscaling and resizes move within."""
+
+    desired: int
+    floor: int
+    ceiling: int
+
+    @classmethod
+    def of(cls, spec: Spec) -> Bounds:
+        nodes = spec.nodes
+        return cls(nodes.desired, nodes.min or nodes.desired,
+                   max(nodes.max or nodes.desired, nodes.desired))
+
+    @property
+    def elastic(self) -> bool:
+        """Whether autoscaling may move the count (a range to move within)."""
+        return self.ceiling > self.floor
+
+    @property
+    def ready_at(self) -> int:
+        """Nodes that must be in service before the pool is handed over (``Nodes.min``)."""
+        return min(self.floor, self.desired)
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A pool decided but not provisioned: its spec (plugins applied), offer, stack name and
+    request, and how each node is bootstrapped and told its place."""
+
+    spec: Spec
+    options: Options
+    choice: offers.Choice
+    stack_name: str
+    request: ClusterRequest
+    bounds: Bounds
+    #: Plugins' named bootstrap steps and node-side hooks, decided once.
+    plugin_steps: tuple[tuple[str, str], ...] = ()
+    node_plugins: bytes | None = None
+    #: The Image's includes packed once: every node, late or replacement, gets the same code.
+    includes: IncludesArchive | None = field(default=None, repr=False)
+
+    @property
+    def provider(self) -> str:
+        return self.spec.provider.kind
+
+    def request_for(self, base: ClusterRequest, node_count: int) -> ClusterRequest:
+        """``base`` (the request in force, with any fallback it took) at ``node_count`` nodes."""
+        return replace(base, node_count=node_count)
+
+    def bootstrap_plan(self, address: NodeAddress, outputs: ClusterOutputs) -> BootstrapPlan:
+        """How to bootstrap ``address``: etcd on the head, this pool's volumes everywhere."""
+        from skyward_iac.orchestration.collections import head_etcd_plan
+        from skyward_iac.orchestration.node import plan_for
+
+        region = None if self.provider == "local" else self.choice.offer.region
+        volumes = mount_plan(self.spec.volumes, self.provider, outputs.volume_keys, region=region)
+        plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes,
+                        self.includes)
+        return replace(plan, steps=plan.steps + self.plugin_steps)
+
+    def instance_infos(self, outputs: ClusterOutputs) -> dict[int, InstanceInfo]:
+        """What each declared node's tasks see through ``sky.instance_info()``, by index."""
+        peers = [PeerInfo(node=n.index, private_ip=n.private_address, public_ip=n.public_address)
+                 for n in outputs.nodes]
+        per_node = self.spec.accelerator.count if self.spec.accelerator else 0
+        head = outputs.node(0).private_address if outputs.nodes else ""
+        return {
+            node.index: InstanceInfo(
+                node=node.index, total_nodes=len(outputs.nodes), head_addr=head,
+                head_port=HEAD_PORT, job_id=self.stack_name, peers=peers,
+                accelerators=per_node, total_accelerators=per_node * len(outputs.nodes),
+                workers_per_node=plugins.workers_per_node(self.spec.plugins),
+            )
+            for node in outputs.nodes
+        }
+
+    def usd_per_hour(self, request: ClusterRequest) -> float:
+        """The estimated USD/hour of the nodes ``request`` declares, each at its market's price
+        (nodes the spot fallback moved on demand at the on-demand one)."""
+        try:
+            return offers.hourly_cost(self.choice, request.node_count, request.on_demand_nodes)
+        except Exception:  # noqa: BLE001 - an estimate only
+            return 0.0
+
+
+def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
+              fields: dict[str, Any]) -> PoolPlan:
+    """Validate a ``sky.Compute(...)`` call and decide its pool; ``ConfigError`` (or a plugin's
+    ``PluginError``) on bad input, before anything is provisioned."""
+    if options is not None and not isinstance(options, Options):
+        raise ConfigError(f"options must be sky.Options(...), got {type(options).__name__}")
+    options = options or Options()
+    choice = resolve_spec(tuple(specs), name, fields, options.selection)
+    spec = choice.spec
+    nodes = spec.nodes.desired
+    stack_name = new_stack_name(spec)
+    # Plugins edit the image and name their bootstrap steps now: a failing hook (named in the
+    # PluginError) stops the pool before anything is provisioned.
+    spec = plugins.transformed_spec(spec, stack_name, nodes)
+    steps = plugins.bootstrap_steps(spec, stack_name, nodes)
+    plugins.check_workers(spec.plugins, options.worker)
+    # Keys given as callables are resolved once, here; the stack keeps them as secrets.
+    request = ClusterRequest(stack_name, spec, nodes, volume_keys=volume_keys(spec.volumes,
+                                                                             spec.provider.kind),
+                             offer=choice.offer, collections=options.collections)
+    program_for(request)  # an unsupported provider fails here, before provisioning
+    return PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
+                    request=request, bounds=Bounds.of(spec), plugin_steps=steps,
+                    node_plugins=plugins.node_plugins(spec.plugins),
+                    includes=_includes(spec))
+
+
+def _includes(spec: Spec) -> IncludesArchive | None:
+    image = spec.image
+    return build_archive(image.includes, image.excludes) if image.includes else None

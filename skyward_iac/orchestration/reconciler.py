@@ -1,0 +1,228 @@
+"""``Reconciler``: brings a pool's stack and nodes to what its ``Membership`` declares.
+
+One converge step at a time, in one thread: drain the nodes a shrink removes; one stack update
+(with the engine's events on the console) declaring the new count and recreating lost nodes;
+tell the nodes in service their new peers; bootstrap the new nodes in the background, each
+joining the pool as it is ready. A lost node's old instance is gone once the update that
+recreates it succeeds: that fences it, and its held calls may run again. A step that fails
+is retried with backoff; a node that fails to start is recreated with backoff, and given up
+after ``max_provision_attempts`` in a row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from skyward_iac.infra.spot_fallback import up_with_spot_fallback
+from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.observability.engine_events import EngineEventTranslator
+from skyward_iac.observability.events import Error, Event, InstanceReplaced
+from skyward_iac.orchestration.collections import node_config
+from skyward_iac.orchestration.dispatch import Dispatcher
+from skyward_iac.orchestration.membership import ConvergeStep, Membership, converge_step, next_retry
+from skyward_iac.orchestration.node import Node, NodeLaunch
+from skyward_iac.orchestration.plan import PoolPlan
+from skyward_iac.outputs import ClusterOutputs
+
+log = logging.getLogger("skyward")
+#: Longest wait between two attempts of a failing stack update.
+MAX_BACKOFF = 60.0
+
+
+class Reconciler:
+    """Converges one pool (see the module doc). ``step()`` runs one step in the caller's
+    thread (the first ``up``, so Ctrl+C reaches it); ``start()`` runs the rest in a thread."""
+
+    def __init__(self, plan: PoolPlan, stack: ClusterStack, membership: Membership,
+                 dispatcher: Dispatcher, launch: NodeLaunch, emit: Callable[[Event], Any],
+                 on_node_gone: Callable[[int, Any], Any] | None = None) -> None:
+        self.plan = plan
+        self.stack = stack
+        self.membership = membership
+        self.dispatcher = dispatcher
+        self.launch = launch
+        self.emit = emit
+        #: Called with (index, connection) when a node leaves for good (stop its heartbeat).
+        self.on_node_gone = on_node_gone
+        #: The request in force (with any fallback it took) and the last update's outputs.
+        self.request = plan.request
+        self.outputs: ClusterOutputs | None = None
+        #: Why the first start of each node failed (``provision`` raises the first).
+        self.start_errors: dict[int, BaseException] = {}
+        self._wake = threading.Event()
+        self._busy = threading.Lock()
+        self._stopped = threading.Event()
+        self._starts = ThreadPoolExecutor(max_workers=32, thread_name_prefix=f"{plan.stack_name}-node")
+        self._thread: threading.Thread | None = None
+        self._previous: dict[int, str] = {}
+
+    # ---- running -------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """The declared state changed: look again."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Converge in a background thread from now on."""
+        self._thread = threading.Thread(target=self._run, name=f"{self.plan.stack_name}-converge",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop converging; a stack update under way is waited for (up to ``timeout``)."""
+        self._stopped.set()
+        self._wake.set()
+        if self._busy.acquire(timeout=timeout):
+            self._busy.release()
+        self._starts.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopped.is_set():
+            phases = self.membership.phases()
+            retry = next_retry(phases, self.membership.declared, self.membership.desired)
+            wait = None if retry is None else max(0.0, retry - time.monotonic())
+            self._wake.wait(wait if failures == 0 else max(wait or 0.0, self._backoff(failures)))
+            self._wake.clear()
+            if self._stopped.is_set() or self.membership.stopped:
+                return
+            try:
+                self.step()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
+                failures += 1
+                log.error("stack %s: converging failed (attempt %d): %s", self.plan.stack_name,
+                          failures, exc)
+                self.emit(Error(stack=self.plan.stack_name, message=f"converging failed: {exc}"))
+
+    def _backoff(self, failures: int) -> float:
+        delay = self.plan.options.provision_retry_delay or 2.0
+        return min(MAX_BACKOFF, delay * 2 ** (failures - 1))
+
+    # ---- one step ------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Run the next converge step now, if any; True when one ran."""
+        with self._busy:
+            if self._stopped.is_set():
+                return False
+            declared = self.membership.declared
+            step = converge_step(declared, self.membership.desired, self.membership.phases(),
+                                 time.monotonic())
+            if step is None:
+                return False
+            if self.outputs is not None and (who := self._taken_down_by()):
+                self._taken_down(f"stack {self.plan.stack_name} was taken down by {who}; the "
+                                 "pool stops")
+                return False
+            self._converge(step, declared)
+            return True
+
+    def _converge(self, step: ConvergeStep, declared: int) -> None:
+        name = self.plan.stack_name
+        self._drain(self.membership.leaving(step.retire))
+        self._previous = {i: self.outputs.node(i).public_address for i in step.replace
+                          if self.outputs is not None}
+        request = self.plan.request_for(self.request, step.node_count)
+        self.stack.set_request(request)
+        log.info("stack %s: %s", name, step.describe(declared).removeprefix("skyward: "))
+        translator = EngineEventTranslator(name, "up", self._engine_event)
+        outputs, self.request = up_with_spot_fallback(
+            self.stack, request, translator, message=step.describe(declared),
+            replace_nodes=step.replace)
+        self.outputs = outputs
+        # The update recreated the lost nodes and removed the retired ones: none of their old
+        # processes runs any more, so their held calls may go elsewhere.
+        for index in (*step.replace, *step.retire):
+            self.dispatcher.fenced(index)
+        for node in self.membership.declared_now(step.node_count, step.start):
+            self._close(node)
+        self._tell_peers(outputs)
+        for index in step.start:
+            self._starts.submit(self._start, index, outputs)
+
+    def _engine_event(self, event: Event) -> None:
+        # The pool says a node was replaced once its replacement is in service, not when the
+        # engine recreated its instance.
+        if not isinstance(event, InstanceReplaced):
+            self.emit(event)
+
+    def _drain(self, nodes: list[Node]) -> None:
+        """Let leaving nodes finish their calls (bounded), then close them."""
+        deadline = time.monotonic() + self.plan.options.shutdown_timeout
+        for node in nodes:
+            while node.agent.in_flight and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pending = self._close(node)
+            if pending:  # what did not finish in time runs again elsewhere, once it is gone
+                self.dispatcher.lost(node.index, pending, "removed by a resize")
+
+    def _close(self, node: Node) -> list[Any]:
+        if self.on_node_gone is not None:
+            self.on_node_gone(node.index, node.connection)
+        try:
+            return node.close()
+        except Exception as exc:  # noqa: BLE001 - it is going away anyway
+            log.warning("node %d: closing failed: %s", node.index, exc)
+            return []
+
+    def _tell_peers(self, outputs: ClusterOutputs) -> None:
+        infos = self.plan.instance_infos(outputs)
+        collections = node_config(outputs, self.plan.stack_name)
+        for node in self.membership.in_service():
+            if node.index in infos:
+                try:
+                    node.configure(infos[node.index], collections)
+                except OSError as exc:  # its reader reports it lost; it gets replaced
+                    log.warning("node %d missed the new peer list: %s", node.index, exc)
+
+    def _start(self, index: int, outputs: ClusterOutputs) -> None:
+        """Bring node ``index`` into service (in a start thread)."""
+        name = self.plan.stack_name
+        try:
+            address = outputs.node(index)
+            node = Node.start(self.launch, outputs, address,
+                              self.plan.bootstrap_plan(address, outputs),
+                              self.plan.instance_infos(outputs)[index],
+                              node_config(outputs, name))
+        except BaseException as exc:  # noqa: BLE001 - reported; recreated with backoff
+            self.start_errors.setdefault(index, exc)
+            if self.on_node_gone is not None:
+                self.on_node_gone(index, None)
+            if self._stopped.is_set() or self.membership.stopped:
+                return
+            gave_up = self.membership.start_failed(
+                index, f"{type(exc).__name__}: {exc}",
+                self.plan.options.provision_retry_delay or 2.0,
+                self.plan.options.max_provision_attempts or 3)
+            log.error("stack %s: node %d failed to start%s: %s", name, index,
+                      "; giving up on it" if gave_up else "; it will be recreated", exc)
+            self.emit(Error(stack=name, node=index, message=f"node {index} failed to start: {exc}"))
+            return
+        if not self.membership.joined(index, node):
+            self._close(node)  # no longer wanted (shrunk, or the pool is closing)
+            return
+        log.info("stack %s: node %d in service (%d ready)", name, index,
+                 self.membership.ready_count())
+        if index in self._previous:
+            self.emit(InstanceReplaced(stack=name, node=index,
+                                       old_instance_id=self._previous.pop(index),
+                                       instance_id=address.public_address))
+
+    # ---- a stack taken down by someone else --------------------------------------------------
+
+    def _taken_down_by(self) -> str | None:
+        """Who took this stack down (``skyward-iac down --force`` or gc tag it first), or None:
+        such a stack must not be brought back by a replacement."""
+        return self.stack.tags().get("down_by") or None
+
+    def _taken_down(self, reason: str) -> None:
+        log.error("stack %s: %s", self.plan.stack_name, reason)
+        self.emit(Error(stack=self.plan.stack_name, message=reason, fatal=True))
+        self.membership.stop(reason)
+        self.dispatcher.close(reason)
