@@ -137,6 +137,7 @@ class PoolLifecycle:
         self.reconciler = Reconciler(plan, self.stack, self.membership, self.dispatcher, launch,
                                      self.events.emit, self._node_gone)
         self._teardown.add("stack updates", lambda: self._reconciler_stop())
+        log.info("stack %s: bringing up %d node(s)", name, plan.bounds.desired)
         with self._phase("up"):
             self.reconciler.step()  # in this thread: Ctrl+C during `up` lands here
         assert self.reconciler.outputs is not None

@@ -59,6 +59,8 @@ class ConvergeStep:
 
     def describe(self, declared: int) -> str:
         """The stack-history message of this update."""
+        if declared == 0:
+            return f"skyward: bring up {self.node_count} node(s)"
         parts = []
         if self.node_count != declared:
             parts.append(f"resize {declared} -> {self.node_count} nodes")
