@@ -8,7 +8,9 @@
 
 ``True`` (the default) means rich on a terminal and log otherwise; a ``"rich"`` request on a
 stream that is not a terminal also falls back to log, since a redrawn view is unreadable once
-captured. ``console_for(mode).start(bus)`` subscribes it; ``stop()`` ends it.
+captured. In a Jupyter kernel, rich is a display in the cell that is updated in place (HTML,
+and plain text for frontends without HTML), never terminal escape codes.
+``console_for(mode).start(bus)`` subscribes it; ``stop()`` ends it.
 ``acquire_console(mode, bus)`` does the same for a console shared by every pool of the process.
 """
 
@@ -69,6 +71,20 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
+_kernel_seen = False
+
+
+def in_jupyter_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (ipykernel): its frontend shows rich displays
+    and routes output by cell. Never imports IPython: a process that has not, is no kernel."""
+    global _kernel_seen
+    if not _kernel_seen:  # once a kernel, always one: later calls cost a global read
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        _kernel_seen = getattr(shell, "kernel", None) is not None
+    return _kernel_seen
+
+
 def console_for(mode: bool | str, stream: TextIO | None = None, *,
                 show_logs: bool = False) -> Console:
     """The console for ``Options.console``: ``True``/``"rich"``/``"log"``/``"minimal"``/
@@ -85,6 +101,10 @@ def console_for(mode: bool | str, stream: TextIO | None = None, *,
                           f"got {mode!r}")
     if mode == "silent":
         return SilentConsole()
+    if mode == "rich" and stream is None and in_jupyter_kernel():
+        from skyward_iac.observability.console_rich import JupyterConsole
+
+        return JupyterConsole(show_logs=show_logs)
     stream = stream if stream is not None else sys.stderr
     if mode == "rich" and is_terminal(stream):
         from skyward_iac.observability.console_rich import RichConsole
