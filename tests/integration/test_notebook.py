@@ -5,6 +5,8 @@ shutdown: after each, no stack resource, process or sandbox is left."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,6 @@ from skyward_iac.processes import is_alive
 from tests.helpers import stack_processes, stack_sandboxes
 from tests.integration.notebook_kernel import Kernel, ipython_dir
 
-pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "notebook.ipynb"
 STACK = r"(local-[A-Za-z0-9_.-]+-\d{8}-\d{6}-[0-9a-f]{6})"
@@ -68,6 +69,16 @@ def streams(code_cell: Any, name: str = "stdout") -> str:
                    if o.output_type == "stream" and o.name == name)
 
 
+def test_the_docs_page_is_the_rendering_of_the_notebook_as_it_is_now() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "execute_notebook.py"), "--check"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    saved = nbformat.read(NOTEBOOK, as_version=4)
+    assert [o for o in cell(saved, "plot").outputs if "image/png" in o.get("data", {})]
+    assert (ROOT / "docs" / "examples" / "notebook_files" / "notebook_12_0.png").is_file()
+
+
+@pytest.mark.integration
 def test_the_example_notebook_runs_in_a_real_kernel(ipython: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IPYTHONDIR", str(ipython))
@@ -136,6 +147,7 @@ with sky.Compute(provider=sky.Local(), nodes=1, options=sky.Options(console="log
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("marker", "was_ready"), [
     (r"pulumi up \[\d", False),                 # during `pulumi up`
     (r"node 0: bootstrap \[\d/", False),        # during the node's bootstrap
@@ -167,6 +179,7 @@ def chatty(tag: str, pause: float) -> str:
 """
 
 
+@pytest.mark.integration
 def test_a_session_pool_serves_many_cells_and_the_kernel_shutdown_destroys_it(
         ipython: Path, tmp_path: Path) -> None:
     kernel = Kernel(tmp_path, ipython)
