@@ -47,6 +47,7 @@ from skyward_iac.observability.events import (
     InstancePreempted,
     InstanceReplaced,
     Log,
+    Metric,
     StackDestroyed,
     StackUpdated,
     TaskCompleted,
@@ -190,6 +191,9 @@ class JupyterConsole(RichConsole):
 
     #: Milestone lines kept in the display (the oldest are dropped, and counted).
     MAX_LINES = 200
+    #: Metrics arrive every second for as long as a pool lives, idle or not: a change of them
+    #: alone redraws the display this rarely, so an open pool does not stream HTML all day.
+    METRICS_REFRESH = 10.0
 
     def __init__(self, *, show_logs: bool = False, refresh_per_second: float = 1,
                  width: int = 110) -> None:
@@ -200,6 +204,7 @@ class JupyterConsole(RichConsole):
         self._printed: list[str] = []
         self._dropped = 0
         self._changed = threading.Event()
+        self._metrics_changed = threading.Event()
         self._stopped = threading.Event()
         self._display: Any = None
         self._refresher: threading.Thread | None = None
@@ -231,13 +236,18 @@ class JupyterConsole(RichConsole):
                 if len(self._printed) > self.MAX_LINES:
                     self._dropped += len(self._printed) - self.MAX_LINES
                     del self._printed[:-self.MAX_LINES]
-        self._changed.set()
+        (self._metrics_changed if isinstance(event, Metric) else self._changed).set()
 
     def _refresh(self) -> None:
+        drawn = time.monotonic()
         while not self._stopped.wait(self._interval):
-            if self._changed.is_set():
+            metrics_due = self._metrics_changed.is_set() \
+                and time.monotonic() - drawn >= self.METRICS_REFRESH
+            if self._changed.is_set() or metrics_due:
                 self._changed.clear()
+                self._metrics_changed.clear()
                 self._draw()
+                drawn = time.monotonic()
 
     def _draw(self) -> None:
         if self._display is not None:

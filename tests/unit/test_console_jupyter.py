@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 import re
+import threading
+import time
 
 from skyward_iac.observability import events as ev
 from skyward_iac.observability.console import LogConsole, console_for, in_jupyter_kernel
@@ -66,3 +68,38 @@ def test_outside_a_kernel_the_console_is_not_the_jupyter_one() -> None:
     assert not in_jupyter_kernel()
     assert type(console_for(True)) is LogConsole  # pytest's stderr is no terminal
     assert type(console_for("rich")) is LogConsole
+
+
+class Display:
+    """Stands in for IPython's DisplayHandle: records each redraw."""
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, str]] = []
+
+    def update(self, bundle: dict[str, str], raw: bool) -> None:
+        self.updates.append(bundle)
+
+
+def test_metrics_alone_redraw_rarely_anything_else_at_once() -> None:
+    console = JupyterConsole(refresh_per_second=20)
+    console.METRICS_REFRESH = 1.0
+    display = console._display = Display()
+    refresher = threading.Thread(target=console._refresh, daemon=True)
+    refresher.start()
+    try:
+        provisioning(console)
+        time.sleep(0.5)
+        assert 1 <= len(display.updates) <= 2  # the events above, drawn together
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:  # a node's metrics, 20 times a second
+            console.handle(ev.Metric(S, 0, "cpu", 42.0, "%"))
+            time.sleep(0.05)
+        assert 2 <= len(display.updates) <= 5, len(display.updates)  # + about once a second
+        before = len(display.updates)
+        console.handle(ev.ClusterReady(S, 2, 4.0, 0.9))
+        time.sleep(0.5)
+        assert len(display.updates) in (before + 1, before + 2)
+        assert "ready: 2 node(s)" in display.updates[-1]["text/plain"]
+    finally:
+        console._stopped.set()
+        refresher.join(timeout=5)
