@@ -115,7 +115,7 @@ def console_for(mode: bool | str, stream: TextIO | None = None, *,
     return LogConsole(stream, show_logs=show_logs)
 
 
-_shared: dict[tuple[str, int], tuple[Console, int]] = {}
+_shared: dict[tuple[object, ...], tuple[Console, int]] = {}
 _shared_lock = threading.Lock()
 
 
@@ -124,13 +124,17 @@ def acquire_console(mode: bool | str, bus: EventBus, stream: TextIO | None = Non
     """Show ``bus``'s events on this process's console for ``mode``; returns ``release()``.
 
     Pools alive at the same time (``MultiPool``, ``Session``) share one console, since a
-    terminal holds one live view; it stops when the last pool releases it.
+    terminal holds one live view; it stops when the last pool releases it. In a notebook each
+    pool has its own display, in the cell that opened it.
     """
     console = console_for(mode, stream, show_logs=show_logs)
     if isinstance(console, SilentConsole):
         # Nothing to show: no subscriber, so the pool builds no per-task events either.
         return lambda: None
-    key = (type(console).__name__, id(getattr(console, "stream", None) or stream or sys.stderr))
+    key: tuple[object, ...] = (type(console).__name__,
+                               id(getattr(console, "stream", None) or stream or sys.stderr))
+    if not console.one_view:
+        key += (id(bus),)  # its own view for each pool
     with _shared_lock:
         shared, count = _shared.get(key, (console, 0))
         _shared[key] = (shared, count + 1)
@@ -158,6 +162,10 @@ def acquire_console(mode: bool | str, bus: EventBus, stream: TextIO | None = Non
 class Console:
     """A renderer of pool events. ``start(bus)`` subscribes it, ``stop()`` ends it; ``handle``
     takes one event (what the subscription calls). One console can watch several buses."""
+
+    #: Whether pools alive at the same time share this console (a terminal holds one live
+    #: view); False: each pool gets its own.
+    one_view = True
 
     def __init__(self) -> None:
         self.view = PoolView()

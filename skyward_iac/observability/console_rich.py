@@ -189,6 +189,8 @@ class JupyterConsole(RichConsole):
     display id, so the view stays current in that cell while later cells use the pool.
     """
 
+    #: A notebook shows each pool's view in the cell that opened it.
+    one_view = False
     #: Milestone lines kept in the display (the oldest are dropped, and counted).
     MAX_LINES = 200
     #: Metrics arrive every second for as long as a pool lives, idle or not: a change of them

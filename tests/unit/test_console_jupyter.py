@@ -8,7 +8,11 @@ import re
 import threading
 import time
 
+import pytest
+
+from skyward_iac.observability import console as console_module
 from skyward_iac.observability import events as ev
+from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.console import LogConsole, console_for, in_jupyter_kernel
 from skyward_iac.observability.console_rich import JupyterConsole
 
@@ -103,3 +107,28 @@ def test_metrics_alone_redraw_rarely_anything_else_at_once() -> None:
     finally:
         console._stopped.set()
         refresher.join(timeout=5)
+
+
+class QuietJupyterConsole(JupyterConsole):
+    """The Jupyter console without a kernel to display in: counts its starts and stops."""
+
+    started = stopped = 0
+
+    def _begin(self) -> None:
+        type(self).started += 1
+
+    def _end(self) -> None:
+        type(self).stopped += 1
+
+
+def test_in_a_notebook_each_pool_gets_its_own_display(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console_module, "console_for",
+                        lambda mode, stream=None, show_logs=False: QuietJupyterConsole())
+    first, second = EventBus(), EventBus()
+    release_first = console_module.acquire_console(True, first)
+    release_second = console_module.acquire_console(True, second)
+    assert QuietJupyterConsole.started == 2  # a terminal's console would be shared: 1
+    release_first()
+    assert QuietJupyterConsole.stopped == 1
+    release_second()
+    assert QuietJupyterConsole.stopped == 2
