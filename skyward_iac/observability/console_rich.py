@@ -66,6 +66,15 @@ _STATUS_STYLE = {"ready": "green", "failed": "red", "gone": "dim", "bootstrappin
                  "launching": "cyan", "provisioned": "cyan", "waiting": "dim"}
 
 
+def stamped_lines(event: Event, line: str | None) -> list[str]:
+    """A permanent line as printed: ``HH:MM:SS`` of the event before each of its lines,
+    secrets redacted (none for None)."""
+    if line is None:
+        return []
+    clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
+    return [f"{clock} {part}" for part in redact(line).splitlines()]
+
+
 class RichConsole(Console):
     """A live, redrawn view on a terminal, plus permanent lines for milestones and failures."""
 
@@ -99,10 +108,8 @@ class RichConsole(Console):
         with self._lock:
             view = self.view.apply(event)
             line = self._line(event, view)
-        if line is not None:
-            clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
-            for part in redact(line).splitlines():
-                self.terminal.print(Text(f"{clock} {part}"), soft_wrap=True)
+        for stamped in stamped_lines(event, line):
+            self.terminal.print(Text(stamped), soft_wrap=True)
 
     def _line(self, event: Event, view: StackView | None) -> str | None:
         failed = (isinstance(event, BootstrapPhase) and event.status == "failed") or (
@@ -231,13 +238,10 @@ class JupyterConsole(RichConsole):
     def handle(self, event: Event) -> None:
         with self._lock:
             view = self.view.apply(event)
-            line = self._line(event, view)
-            if line is not None:
-                clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
-                self._printed += [f"{clock} {part}" for part in redact(line).splitlines()]
-                if len(self._printed) > self.MAX_LINES:
-                    self._dropped += len(self._printed) - self.MAX_LINES
-                    del self._printed[:-self.MAX_LINES]
+            self._printed += stamped_lines(event, self._line(event, view))
+            if len(self._printed) > self.MAX_LINES:
+                self._dropped += len(self._printed) - self.MAX_LINES
+                del self._printed[:-self.MAX_LINES]
         (self._metrics_changed if isinstance(event, Metric) else self._changed).set()
 
     def _refresh(self) -> None:
