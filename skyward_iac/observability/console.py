@@ -8,7 +8,9 @@
 
 ``True`` (the default) means rich on a terminal and log otherwise; a ``"rich"`` request on a
 stream that is not a terminal also falls back to log, since a redrawn view is unreadable once
-captured. ``console_for(mode).start(bus)`` subscribes it; ``stop()`` ends it.
+captured. In a Jupyter kernel, rich is a display in the cell that is updated in place (HTML,
+and plain text for frontends without HTML), never terminal escape codes.
+``console_for(mode).start(bus)`` subscribes it; ``stop()`` ends it.
 ``acquire_console(mode, bus)`` does the same for a console shared by every pool of the process.
 """
 
@@ -69,6 +71,20 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
+_kernel_seen = False
+
+
+def in_jupyter_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (ipykernel): its frontend shows rich displays
+    and routes output by cell. Never imports IPython: a process that has not, is no kernel."""
+    global _kernel_seen
+    if not _kernel_seen:  # once a kernel, always one: later calls cost a global read
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        _kernel_seen = getattr(shell, "kernel", None) is not None
+    return _kernel_seen
+
+
 def console_for(mode: bool | str, stream: TextIO | None = None, *,
                 show_logs: bool = False) -> Console:
     """The console for ``Options.console``: ``True``/``"rich"``/``"log"``/``"minimal"``/
@@ -85,6 +101,10 @@ def console_for(mode: bool | str, stream: TextIO | None = None, *,
                           f"got {mode!r}")
     if mode == "silent":
         return SilentConsole()
+    if mode == "rich" and stream is None and in_jupyter_kernel():
+        from skyward_iac.observability.console_rich import JupyterConsole
+
+        return JupyterConsole(show_logs=show_logs)
     stream = stream if stream is not None else sys.stderr
     if mode == "rich" and is_terminal(stream):
         from skyward_iac.observability.console_rich import RichConsole
@@ -95,7 +115,7 @@ def console_for(mode: bool | str, stream: TextIO | None = None, *,
     return LogConsole(stream, show_logs=show_logs)
 
 
-_shared: dict[tuple[str, int], tuple[Console, int]] = {}
+_shared: dict[tuple[object, ...], tuple[Console, int]] = {}
 _shared_lock = threading.Lock()
 
 
@@ -104,13 +124,17 @@ def acquire_console(mode: bool | str, bus: EventBus, stream: TextIO | None = Non
     """Show ``bus``'s events on this process's console for ``mode``; returns ``release()``.
 
     Pools alive at the same time (``MultiPool``, ``Session``) share one console, since a
-    terminal holds one live view; it stops when the last pool releases it.
+    terminal holds one live view; it stops when the last pool releases it. In a notebook each
+    pool has its own display, in the cell that opened it.
     """
     console = console_for(mode, stream, show_logs=show_logs)
     if isinstance(console, SilentConsole):
         # Nothing to show: no subscriber, so the pool builds no per-task events either.
         return lambda: None
-    key = (type(console).__name__, id(getattr(console, "stream", None) or stream or sys.stderr))
+    key: tuple[object, ...] = (type(console).__name__,
+                               id(getattr(console, "stream", None) or stream or sys.stderr))
+    if not console.one_view:
+        key += (id(bus),)  # its own view for each pool
     with _shared_lock:
         shared, count = _shared.get(key, (console, 0))
         _shared[key] = (shared, count + 1)
@@ -138,6 +162,10 @@ def acquire_console(mode: bool | str, bus: EventBus, stream: TextIO | None = Non
 class Console:
     """A renderer of pool events. ``start(bus)`` subscribes it, ``stop()`` ends it; ``handle``
     takes one event (what the subscription calls). One console can watch several buses."""
+
+    #: Whether pools alive at the same time share this console (a terminal holds one live
+    #: view); False: each pool gets its own.
+    one_view = True
 
     def __init__(self) -> None:
         self.view = PoolView()

@@ -5,13 +5,20 @@ One panel per pool: the Pulumi operation's resource bar, a bar per node (launch 
 counts, and in the subtitle nodes ready, USD/hour, cost so far and elapsed time. Milestones
 and failures are also printed above the view as permanent lines, so they stay in the
 scrollback after it is gone. Imported only when that console is chosen.
+
+In a Jupyter kernel the same view is a display in the cell (``JupyterConsole``): HTML with
+a plain-text twin, updated in place by display id, so it never shows escape codes and the saved
+notebook keeps it as it was last drawn.
 """
 
 from __future__ import annotations
 
+import io
+import logging
 import sys
+import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console as Terminal
 from rich.console import Group, RenderableType
@@ -40,6 +47,7 @@ from skyward_iac.observability.events import (
     InstancePreempted,
     InstanceReplaced,
     Log,
+    Metric,
     StackDestroyed,
     StackUpdated,
     TaskCompleted,
@@ -47,9 +55,24 @@ from skyward_iac.observability.events import (
 from skyward_iac.observability.logging import redact
 from skyward_iac.observability.view import NodeView, StackView
 
+log = logging.getLogger("skyward")
 BAR_WIDTH = 28
+#: How the Jupyter display wraps Rich's HTML: a scrollable monospace block, as Rich's own
+#: Jupyter output looks.
+JUPYTER_HTML = ('<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
+                "font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace\">"
+                "{code}</pre>")
 _STATUS_STYLE = {"ready": "green", "failed": "red", "gone": "dim", "bootstrapping": "yellow",
                  "launching": "cyan", "provisioned": "cyan", "waiting": "dim"}
+
+
+def stamped_lines(event: Event, line: str | None) -> list[str]:
+    """A permanent line as printed: ``HH:MM:SS`` of the event before each of its lines,
+    secrets redacted (none for None)."""
+    if line is None:
+        return []
+    clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
+    return [f"{clock} {part}" for part in redact(line).splitlines()]
 
 
 class RichConsole(Console):
@@ -85,10 +108,8 @@ class RichConsole(Console):
         with self._lock:
             view = self.view.apply(event)
             line = self._line(event, view)
-        if line is not None:
-            clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
-            for part in redact(line).splitlines():
-                self.terminal.print(Text(f"{clock} {part}"), soft_wrap=True)
+        for stamped in stamped_lines(event, line):
+            self.terminal.print(Text(stamped), soft_wrap=True)
 
     def _line(self, event: Event, view: StackView | None) -> str | None:
         failed = (isinstance(event, BootstrapPhase) and event.status == "failed") or (
@@ -164,3 +185,94 @@ class RichConsole(Console):
         wanted = stack.wanted or len(stack.nodes)
         return (f"{what} · {stack.ready_nodes}/{wanted} ready · {usd(stack.hourly_usd)}/h · "
                 f"{usd(stack.cost(now))} so far · {seconds(stack.elapsed(now))}")
+
+
+class JupyterConsole(RichConsole):
+    """``"rich"`` in a Jupyter kernel: the milestone lines and the live view as one display in
+    the cell that opened the pool, redrawn in place (at most ``refresh_per_second``).
+
+    The display carries ``text/html`` (Rich's colours as inline styles) and ``text/plain`` (for
+    frontends and tools that show no HTML): no terminal escape codes either way. Updates go by
+    display id, so the view stays current in that cell while later cells use the pool.
+    """
+
+    #: A notebook shows each pool's view in the cell that opened it.
+    one_view = False
+    #: Milestone lines kept in the display (the oldest are dropped, and counted).
+    MAX_LINES = 200
+    #: Metrics arrive every second for as long as a pool lives, idle or not: a change of them
+    #: alone redraws the display this rarely, so an open pool does not stream HTML all day.
+    METRICS_REFRESH = 10.0
+
+    def __init__(self, *, show_logs: bool = False, refresh_per_second: float = 1,
+                 width: int = 110) -> None:
+        Console.__init__(self)  # no terminal and no Live: the display replaces both
+        self._lines = LogConsole(io.StringIO(), show_logs=show_logs)  # the wording only
+        self.width = width
+        self._interval = 1 / refresh_per_second
+        self._printed: list[str] = []
+        self._dropped = 0
+        self._changed = threading.Event()
+        self._metrics_changed = threading.Event()
+        self._stopped = threading.Event()
+        self._display: Any = None
+        self._refresher: threading.Thread | None = None
+
+    def _begin(self) -> None:
+        from IPython.display import display
+
+        self._stopped.clear()
+        # Shown in the cell running now: the display's parent is the caller's cell.
+        self._display = display(self.bundle(), raw=True, display_id=True)
+        self._refresher = threading.Thread(target=self._refresh, name="skyward-jupyter-console",
+                                           daemon=True)
+        self._refresher.start()
+
+    def _end(self) -> None:
+        self._stopped.set()
+        if self._refresher is not None:
+            self._refresher.join(timeout=5)
+            self._refresher = None
+        self._draw()  # the final state, kept in the saved notebook
+
+    def handle(self, event: Event) -> None:
+        with self._lock:
+            view = self.view.apply(event)
+            self._printed += stamped_lines(event, self._line(event, view))
+            if len(self._printed) > self.MAX_LINES:
+                self._dropped += len(self._printed) - self.MAX_LINES
+                del self._printed[:-self.MAX_LINES]
+        (self._metrics_changed if isinstance(event, Metric) else self._changed).set()
+
+    def _refresh(self) -> None:
+        drawn = time.monotonic()
+        while not self._stopped.wait(self._interval):
+            metrics_due = self._metrics_changed.is_set() \
+                and time.monotonic() - drawn >= self.METRICS_REFRESH
+            if self._changed.is_set() or metrics_due:
+                self._changed.clear()
+                self._metrics_changed.clear()
+                self._draw()
+                drawn = time.monotonic()
+
+    def _draw(self) -> None:
+        if self._display is not None:
+            try:
+                self._display.update(self.bundle(), raw=True)
+            except Exception as exc:  # noqa: BLE001 - a closed channel must not break the pool
+                log.debug("the Jupyter console could not redraw: %s", exc)
+
+    def bundle(self) -> dict[str, str]:
+        """The display as it is now: ``{"text/html": ..., "text/plain": ...}``."""
+        terminal = Terminal(file=io.StringIO(), record=True, width=self.width,
+                            force_terminal=True, force_jupyter=False, color_system="truecolor",
+                            highlight=False)
+        with self._lock:
+            lines = ([f"... {self._dropped} earlier line(s)"] if self._dropped else []) \
+                + self._printed
+            for line in lines:
+                terminal.print(Text(line), soft_wrap=True)
+            if self.view.active():
+                terminal.print(self._renderable())
+        return {"text/plain": terminal.export_text(clear=False, styles=False).rstrip("\n"),
+                "text/html": terminal.export_html(inline_styles=True, code_format=JUPYTER_HTML)}

@@ -43,6 +43,7 @@ from skyward_iac.orchestration.health import HealthMonitor
 from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.orchestration.membership import Membership
 from skyward_iac.orchestration.node import Node, NodeLaunch
+from skyward_iac.orchestration.notebook import destroy_at_kernel_exit
 from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.orchestration.pool import Pool
 from skyward_iac.orchestration.reconciler import Reconciler
@@ -95,6 +96,8 @@ class PoolLifecycle:
         require_plugin(plan.provider)
         require_credentials(plan.provider)
         configure_logging(plan.options.logging)
+        # In a Jupyter kernel, a reaper destroys the kernel's stacks when it ends (however).
+        destroy_at_kernel_exit()
         self._teardown.add("console", acquire_console(plan.options.console, self.events))
         self._teardown.add("destroy", self._destroy)
         try:

@@ -32,6 +32,7 @@ from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.dispatch import Call, Dispatcher, call_for
 from skyward_iac.orchestration.membership import MAX_NODES, Membership
 from skyward_iac.orchestration.node import Node
+from skyward_iac.orchestration.notebook import cell_context
 from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.remote.calls import pack_call, pack_function
 from skyward_iac.remote.protocol import PickledFunction
@@ -143,8 +144,10 @@ class Pool:
         """A call ready to queue; ``copy=False`` when the caller blocks until the result, so
         its arrays cannot change while they are being sent (no snapshot needed)."""
         packed = packed or pack_call(pending, copy, function)
-        return call_for(pending, packed, next(self._dispatcher.task_ids), node,
-                        self._default_timeout)
+        call, future = call_for(pending, packed, next(self._dispatcher.task_ids), node,
+                                self._default_timeout)
+        call.context = cell_context()  # None outside a Jupyter kernel
+        return call, future
 
     def _enqueue(self, calls: list[Call]) -> None:
         self._dispatcher.enqueue(calls)

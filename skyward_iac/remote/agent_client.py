@@ -11,6 +11,7 @@ handed to ``on_lost``; the client never retries anything itself: the pool decide
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import itertools
 import threading
@@ -55,6 +56,8 @@ class Submission:
     started: bool = False
     #: Seconds the function ran on the node, set before ``future`` resolves with its result.
     duration: float | None = None
+    #: Where the task's output is written (a Jupyter kernel's cell; see orchestration/notebook).
+    context: contextvars.Context | None = None
 
 
 class AgentClient:
@@ -224,7 +227,7 @@ class AgentClient:
                         if started is not None:
                             self._started(started)
                     elif isinstance(message, Output) and self._on_output is not None:
-                        self._on_output(self.node, message.stream, message.text)
+                        self._output(message)
                     elif isinstance(message, MetricSamples) and self.on_metrics is not None:
                         self.on_metrics(self.node, message.samples)
                     elif isinstance(message, PreemptionNotice) and self.on_preemption is not None:
@@ -233,6 +236,15 @@ class AgentClient:
                     self.on_results()
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
             self._broken(f"agent connection lost: {exc}")
+
+    def _output(self, message: Output) -> None:
+        assert self._on_output is not None
+        entry = self._pending.get(message.task_id)
+        if entry is not None and entry.context is not None:
+            # Under the cell that submitted the task, in a notebook.
+            entry.context.run(self._on_output, self.node, message.stream, message.text)
+        else:
+            self._on_output(self.node, message.stream, message.text)
 
     def _resolve(self, result: Result) -> None:
         entry = self._take(result.task_id)
