@@ -209,6 +209,10 @@ class Options(_Frozen):
         default=True, description="True: a live view on a terminal, plain log lines otherwise")
     logging: LogConfig | bool = Field(
         default=True, description="True: INFO to ~/.skyward/logs/skyward.log (rotated)")
+    keep_warm: float = Field(
+        default=0, ge=0, le=7 * 86400,
+        description="seconds a cleanly closed pool's nodes stay up, idle, for the next pool "
+                    "with an equal spec (0: destroy at once)")
     gc_on_start: bool = Field(
         default=True, description="first destroy this machine's stacks whose owner is gone")
     cluster: bool | None = Field(

@@ -40,6 +40,8 @@ class LiveStack:
     cost_usd: float
     expires_at: str
     owner_running: bool
+    #: Until when a keeper keeps the stack's idle nodes for the next equal pool ("" if not).
+    warm_until: str = ""
 
 
 def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
@@ -54,6 +56,7 @@ def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
         age_s=round(age, 1) if age is not None else None,
         cost_usd=round(hourly * max(age or 0.0, 0.0) / 3600, 4),
         expires_at=tags.get("expires_at", "never"), owner_running=owner_running,
+        warm_until=tags.get("warm_until", ""),
     )
 
 
@@ -128,7 +131,8 @@ def run_ls(args: argparse.Namespace) -> int:
         return OK
     print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'COST':>9}  {'EXPIRES':<25} OWNER")
     for row in rows:
-        state = "running" if row.owner_running else "gone"
+        state = (f"warm until {row.warm_until}" if row.warm_until
+                 else "running" if row.owner_running else "gone")
         print(f"{row.stack:<44} {row.nodes:>5} {human_age(row.age_s):>7} "
               f"${row.cost_usd:>8.4f}  {row.expires_at:<25} {row.owner} ({state})")
     return OK

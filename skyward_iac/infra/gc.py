@@ -45,6 +45,9 @@ def collect_reason(record: StackRecord, now: datetime, host: str,
         return None
     if not owner_gone(record.tags, host, alive):
         return None
+    warm_until = record.tags.get("warm_until")
+    if warm_until and datetime.fromisoformat(warm_until) > now:
+        return None  # a keeper keeps it for the next equal pool (it destroys it itself)
     return f"expired at {expires} and its owner ({record.tags.get('owner', '?')}) is gone"
 
 

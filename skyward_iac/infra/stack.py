@@ -6,6 +6,7 @@ Stacks live in the file backend under the skyward home; a destroyed stack stays 
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import logging
@@ -26,7 +27,14 @@ from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFound
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra import engine, home, state_files
 from skyward_iac.infra.programs import ClusterRequest, program_for
-from skyward_iac.infra.tags import DOWN_BY, TAG_PREFIX, StackRecord, encode_tags, skyward_tags
+from skyward_iac.infra.tags import (
+    DOWN_BY,
+    TAG_PREFIX,
+    WARM_UNTIL,
+    StackRecord,
+    encode_tags,
+    skyward_tags,
+)
 from skyward_iac.outputs import ClusterOutputs, parse_outputs
 from skyward_iac.processes import is_alive
 
@@ -92,13 +100,30 @@ def _project_dir() -> str:
     return str(work_dir)
 
 
+@functools.cache
+def _command(root: str) -> auto.PulumiCommand:
+    """One command object per engine: creating one runs ``pulumi version`` (~0.2 s)."""
+    return auto.PulumiCommand(root=root)
+
+
 def _workspace_options() -> auto.LocalWorkspaceOptions:
     found = engine.find_engine()
     return auto.LocalWorkspaceOptions(
         work_dir=_project_dir(),
-        pulumi_command=auto.PulumiCommand(root=str(found.root)),
+        pulumi_command=_command(str(found.root)),
         env_vars=engine.engine_env(found),
     )
+
+
+def _select(name: str) -> auto.Stack:
+    try:
+        return auto.select_stack(name, project_name=PROJECT, program=lambda: None,
+                                 opts=_workspace_options())
+    except auto.errors.StackNotFoundError:
+        raise StackNotFoundError(
+            f"no stack named {name!r} in {home.state_dir()} (is SKYWARD_HOME the same as when "
+            "it was created?)"
+        ) from None
 
 
 def _engine_error(action: str, stack: str, exc: Exception) -> ProvisionError:
@@ -110,12 +135,22 @@ def _engine_error(action: str, stack: str, exc: Exception) -> ProvisionError:
 class ClusterStack:
     """A handle on one pool's Pulumi stack."""
 
-    def __init__(self, stack: auto.Stack) -> None:
-        self._stack = stack
+    def __init__(self, stack: auto.Stack | None, name: str | None = None) -> None:
+        self._resolved = stack
+        self._name = name or (stack.name if stack is not None else "")
+        self._resolving = threading.Lock()
 
     @property
     def name(self) -> str:
-        return self._stack.name
+        return self._name
+
+    @property
+    def _stack(self) -> auto.Stack:
+        """The Automation API stack, selected on first use for a lazy handle."""
+        with self._resolving:
+            if self._resolved is None:
+                self._resolved = _select(self._name)
+            return self._resolved
 
     @classmethod
     def create(cls, request: ClusterRequest, tags: Mapping[str, str]) -> ClusterStack:
@@ -129,17 +164,11 @@ class ClusterStack:
         return cls(stack)
 
     @classmethod
-    def select(cls, name: str) -> ClusterStack:
-        """Open an existing stack (for destroy, history or gc); its program is never run."""
-        try:
-            stack = auto.select_stack(name, project_name=PROJECT, program=lambda: None,
-                                      opts=_workspace_options())
-        except auto.errors.StackNotFoundError:
-            raise StackNotFoundError(
-                f"no stack named {name!r} in {home.state_dir()} (is SKYWARD_HOME the same as when "
-                "it was created?)"
-            ) from None
-        return cls(stack)
+    def select(cls, name: str, lazy: bool = False) -> ClusterStack:
+        """Open an existing stack (for destroy, history or gc); its program is never run.
+        ``lazy``: the engine is asked only when the handle is first used (a warm pool's
+        adopter needs none of it to start working)."""
+        return cls(None, name) if lazy else cls(_select(name))
 
     def up(self, on_output: Callable[[str], Any] | None = None, refresh: bool = False,
            message: str | None = None,
@@ -265,6 +294,16 @@ class ClusterStack:
         """Tag the stack as destroyed from outside its pool (before destroying it), so its
         owner, if it still runs, stops instead of recreating its nodes."""
         self._stack.set_tag(TAG_PREFIX + DOWN_BY, by)
+
+    def set_warm(self, until: str | None) -> None:
+        """Tag the stack as kept warm until ``until`` (ISO time), or no longer (None)."""
+        if until:
+            self._stack.set_tag(TAG_PREFIX + WARM_UNTIL, until)
+        else:
+            try:
+                self._stack.remove_tag(TAG_PREFIX + WARM_UNTIL)
+            except auto.errors.CommandError:
+                pass  # it had none
 
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""

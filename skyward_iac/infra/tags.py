@@ -22,10 +22,12 @@ from skyward_iac.api.spec import Spec
 TAG_PREFIX = "skyward:"
 #: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) stay separate; the
 #: rest travel in one JSON tag, because every tag costs the engine one command.
-SEPARATE_TAGS = ("owner", "expires_at", "provider", "down_by")
+SEPARATE_TAGS = ("owner", "expires_at", "provider", "down_by", "warm_until")
 #: Set (to ``user@host``) by whoever destroys a pool's stack from outside it (``skyward-iac
 #: down``, gc): the owner, if it still runs, must not bring the nodes back.
 DOWN_BY = "down_by"
+#: Set while a warm pool's keeper keeps the stack's nodes for their next user (ISO time).
+WARM_UNTIL = "warm_until"
 RUN_TAG = "run"
 
 

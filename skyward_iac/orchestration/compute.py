@@ -61,7 +61,8 @@ class Compute:
 
     @property
     def stack_name(self) -> str:
-        return self.plan.stack_name
+        """The pool's stack (a warm pool's, once one was adopted)."""
+        return self.lifecycle.plan.stack_name if self.lifecycle is not None else self.plan.stack_name
 
     @property
     def spec(self) -> Spec:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError, ProvisionError, StackBusyError
@@ -31,18 +31,19 @@ from skyward_iac.observability.events import (
     ClusterProvisioned,
     ClusterReady,
     ClusterRequested,
-    InstancePreempted,
-    Log,
-    Metric,
+    Error,
 )
 from skyward_iac.observability.logging import configure_logging
+from skyward_iac.orchestration import warm
 from skyward_iac.orchestration.autoscaler import Autoscaler
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.dispatch import Dispatcher
 from skyward_iac.orchestration.health import HealthMonitor
 from skyward_iac.orchestration.heartbeat import Heartbeat
+from skyward_iac.orchestration.keeper import start_keeper
 from skyward_iac.orchestration.membership import Membership
-from skyward_iac.orchestration.node import Node, NodeLaunch
+from skyward_iac.orchestration.node import Node
+from skyward_iac.orchestration.node_events import NodeEvents
 from skyward_iac.orchestration.notebook import destroy_at_kernel_exit
 from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.orchestration.pool import Pool
@@ -50,8 +51,7 @@ from skyward_iac.orchestration.reconciler import Reconciler
 from skyward_iac.orchestration.teardown import Teardown
 from skyward_iac.plugins import _client as plugins
 from skyward_iac.plugins._plugin import Cluster
-from skyward_iac.remote.agent_client import Submission, fail
-from skyward_iac.remote.protocol import PreemptionNotice
+from skyward_iac.remote.agent_client import fail
 
 log = logging.getLogger("skyward")
 
@@ -66,13 +66,12 @@ def ending(exc: BaseException | None) -> str:
 
 
 class PoolLifecycle:
-    """Provision, run and tear down one pool (see the module doc)."""
+    """Provision (or adopt), run and tear down (or keep warm) one pool; see the module doc."""
 
     def __init__(self, plan: PoolPlan, events: EventBus,
                  on_output: Callable[[int, str, str], Any]) -> None:
         self.plan = plan
         self.events = events
-        self.on_output = on_output
         self.stack: ClusterStack | None = None
         self.pool: Pool | None = None
         #: Seconds spent in each phase: create, up, nodes (until ready), destroy.
@@ -81,17 +80,23 @@ class PoolLifecycle:
         self._started_at = time.monotonic()
         self._ready_at: float | None = None
         self._closed = threading.Event()
+        self._how = "pool closed"
         self.dispatcher = Dispatcher(plan.stack_name, plan.options, events)
         self.membership = Membership(plan.bounds, self.dispatcher.serve, self._changed)
-        self.heartbeat: Heartbeat | None = None
+        self.nodes = NodeEvents(plan.stack_name, self.membership, self.dispatcher, events,
+                                on_output)
         self.reconciler: Reconciler | None = None
+        #: Whether this pool was adopted warm, and whether it is left warm at close.
+        self.adopted = False
+        self._kept_warm = False
 
     # ---- bringing it up ----------------------------------------------------------------------
 
     def start(self) -> Pool:
-        """Create and bring up the stack, wait for ``Nodes.min`` nodes, return the pool; on any
-        failure (Ctrl+C included) tear everything down again and raise."""
-        plan, name = self.plan, self.plan.stack_name
+        """Adopt a warm pool of the same kind, or create and bring up the stack; wait for
+        ``Nodes.min`` nodes; return the pool. On any failure (Ctrl+C included) tear everything
+        down again and raise."""
+        plan = self.plan
         # A cloud's provider plugin and credentials are checked before any stack exists.
         require_plugin(plan.provider)
         require_credentials(plan.provider)
@@ -99,54 +104,115 @@ class PoolLifecycle:
         # In a Jupyter kernel, a reaper destroys the kernel's stacks when it ends (however).
         destroy_at_kernel_exit()
         self._teardown.add("console", acquire_console(plan.options.console, self.events))
-        self._teardown.add("destroy", self._destroy)
+        self._teardown.add("destroy", self._destroy_or_keep)
         try:
-            self._provision()
+            claim = warm.claim(plan.warm_key)
+            if claim is None or not self._adopt(claim):
+                self._provision()
+            self._run()
         except BaseException as exc:
-            self.events.emit(_error(name, exc))
+            self.events.emit(Error(stack=self.plan.stack_name, message=str(exc) or repr(exc),
+                                   fatal=True))
             self.close(ending(exc))
             raise
+        name = self.plan.stack_name
         self._ready_at = time.monotonic()
         ready = self.membership.ready_count()
         self.events.emit(ClusterReady(stack=name, nodes=ready,
                                       duration=self._ready_at - self._started_at,
                                       hourly_usd=self.usd_per_hour()))
-        log.info("pool %s ready: %d node(s) in %.1fs (%s)", name, ready,
+        log.info("pool %s ready%s: %d node(s) in %.2fs (%s)", name,
+                 " (adopted warm)" if self.adopted else "", ready,
                  self._ready_at - self._started_at,
                  ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
         assert self.pool is not None
         return self.pool
 
-    def _provision(self) -> None:
-        plan, name, options = self.plan, self.plan.stack_name, self.plan.options
-        offer = plan.choice.offer
+    def _announce(self) -> None:
+        plan, offer = self.plan, self.plan.choice.offer
         accelerator = plan.spec.accelerator
         self.events.emit(ClusterRequested(
-            stack=name, provider=plan.provider, nodes=plan.bounds.desired,
+            stack=plan.stack_name, provider=plan.provider, nodes=plan.bounds.desired,
             accelerator=accelerator.name if accelerator else None,
             instance_type=offer.instance_type, region=offer.region,
             market=None if plan.provider == "local" else plan.choice.market,
             hourly_usd=self.usd_per_hour()))
+
+    def _provision(self) -> None:
+        """A cold start: a new stack, one ``up``, every node bootstrapped."""
+        plan, name, options = self.plan, self.plan.stack_name, self.plan.options
+        self._announce()
         if options.gc_on_start:
             # Other stacks only: it runs beside this pool's provisioning, not before it.
             threading.Thread(target=_collect_garbage, name="skyward-gc", daemon=True).start()
         with self._phase("create"):
             tags = stack_tags(plan.spec, plan.bounds.desired, usd_per_hour=self.usd_per_hour())
             self.stack = ClusterStack.create(plan.request, tags)
-        if plan.spec.ttl:
-            self.heartbeat = Heartbeat(plan.spec.ttl, self._silent, name)
-            self._teardown.add("heartbeat", self.heartbeat.stop)
-        launch = self._launch()
-        self.reconciler = Reconciler(plan, self.stack, self.membership, self.dispatcher, launch,
-                                     self.events.emit, self._node_gone)
-        self._teardown.add("stack updates", lambda: self._reconciler_stop())
+        self._beat_and_converge()
         log.info("stack %s: bringing up %d node(s)", name, plan.bounds.desired)
+        assert self.reconciler is not None
         with self._phase("up"):
             self.reconciler.step()  # in this thread: Ctrl+C during `up` lands here
-        assert self.reconciler.outputs is not None
         self.events.emit(ClusterProvisioned(stack=name, nodes=plan.bounds.desired,
                                             duration=self.timings["up"]))
-        collections = ClientCollections(self.reconciler.outputs, name, self._head,
+
+    def _adopt(self, claim: warm.Claim) -> bool:
+        """Take over a warm pool from its keeper: reconnect to its nodes' agents, no stack
+        update and no bootstrap. False (the pool given back) when that fails."""
+        pool, original = claim.pool, self.plan
+        self.plan = self.plan.adopting(pool.stack, pool.node_count, pool.on_demand_nodes)
+        self._teardown.stack = pool.stack
+        self._announce()
+        self.stack = ClusterStack.select(pool.stack, lazy=True)
+        self._beat_and_converge()
+        assert self.reconciler is not None
+        self.reconciler.adopt(pool.outputs, pool.ports)
+        with self._phase("nodes"):
+            if not self.membership.wait_ready(pool.node_count, self.plan.options.ssh_timeout
+                                              or 30.0):
+                log.warning("stack %s: warm nodes did not answer (%s); starting cold",
+                            pool.stack, self.membership.failures())
+                claim.release()
+                self._forget_adoption(original)
+                return False
+        claim.confirm()  # our heartbeats run: the keeper stops
+        self.adopted = True
+        stack = self.stack
+        threading.Thread(target=stack.set_warm, args=(None,), name="skyward-unwarm",
+                         daemon=True).start()
+        return True
+
+    def _forget_adoption(self, original: PoolPlan) -> None:
+        """Back to a cold start after a failed adoption: the warm nodes are the keeper's again."""
+        if self.nodes.heartbeat is not None:
+            self.nodes.heartbeat.stop()
+        if self.reconciler is not None:
+            self.reconciler.stop(0)
+        for node in self.membership.nodes():
+            node.detach()
+        self.plan, self.stack, self.reconciler = original, None, None
+        self._teardown.stack = original.stack_name
+        self.membership = Membership(original.bounds, self.dispatcher.serve, self._changed)
+        self.nodes = NodeEvents(original.stack_name, self.membership, self.dispatcher,
+                                self.events, self.nodes.on_output)
+
+    def _beat_and_converge(self) -> None:
+        plan, options = self.plan, self.plan.options
+        assert self.stack is not None
+        if plan.spec.ttl:
+            self.nodes.heartbeat = Heartbeat(plan.spec.ttl, self.nodes.silent, plan.stack_name)
+            self._teardown.add("heartbeat", self.nodes.heartbeat.stop)
+        launch = self.nodes.launch(options.ssh_timeout or 30.0, options.ssh_retry_interval or 1.0,
+                                   plan.node_plugins)
+        self.reconciler = Reconciler(plan, self.stack, self.membership, self.dispatcher, launch,
+                                     self.events.emit, self.nodes.gone)
+        self._teardown.add("stack updates", self._reconciler_stop)
+
+    def _run(self) -> None:
+        """From the first nodes on: the pool, its waits, and what watches it."""
+        plan, options = self.plan, self.plan.options
+        assert self.reconciler is not None and self.reconciler.outputs is not None
+        collections = ClientCollections(self.reconciler.outputs, plan.run_id, self._head,
                                         options.provision_timeout or 600.0)
         self.pool = Pool(plan, self.dispatcher, self.membership, collections, self.events,
                          self.resize)
@@ -158,7 +224,7 @@ class PoolLifecycle:
         self.reconciler.start()
         if options.health_checker is not None:
             health = HealthMonitor(options.health_checker, self.membership.in_service,
-                                   options.worker.concurrency, self._unhealthy)
+                                   options.worker.concurrency, self.nodes.unhealthy)
             self._teardown.add("health checks", health.stop)
         if plan.bounds.elastic:
             autoscaler = Autoscaler(self.dispatcher, self.membership, options)
@@ -166,32 +232,8 @@ class PoolLifecycle:
         client_plugins = contextlib.ExitStack()
         self._teardown.add("plugins", client_plugins.close)
         client_plugins.enter_context(plugins.around_client(
-            plan.spec.plugins, self.pool, Cluster(name, plan.spec, plan.bounds.desired)))
-
-    def _launch(self) -> NodeLaunch:
-        options = self.plan.options
-        return NodeLaunch(
-            stack=self.plan.stack_name, ssh_timeout=options.ssh_timeout or 30.0,
-            ssh_retry_interval=options.ssh_retry_interval or 1.0, on_output=self._output,
-            on_lost=self.node_lost, on_event=self.events.emit,
-            on_contact=self.heartbeat.add if self.heartbeat is not None else None,
-            on_metrics=self._metrics, on_preemption=self._preempted,
-            task_ids=self.dispatcher.task_ids, plugins=self.plan.node_plugins)
-
-    def _output(self, node: int, stream: str, text: str) -> None:
-        """A task's output: to the user's sink, and as ``Log`` events to whoever wants them."""
-        self.on_output(node, stream, text)
-        if self.events.listens(Log):
-            for line in text.splitlines():
-                self.events.emit(Log(stack=self.plan.stack_name, line=line, node=node,
-                                     stream=stream))
-
-    def _metrics(self, node: int, samples: tuple[Any, ...]) -> None:
-        # Called by a node's reader thread with ``observability.sampler.MetricSample``s.
-        for sample in samples:
-            self.events.emit(Metric(stack=self.plan.stack_name, node=node, name=sample.name,
-                                    value=sample.value, unit=sample.unit, device=sample.device,
-                                    timestamp=sample.timestamp))
+            plan.spec.plugins, self.pool, Cluster(plan.stack_name, plan.spec,
+                                                  plan.bounds.desired)))
 
     def _wait_ready(self) -> None:
         """Wait until ``Nodes.min`` nodes (any of them) are in service; raise the first start
@@ -234,52 +276,6 @@ class PoolLifecycle:
             raise ProvisionError(f"pool {self.plan.stack_name}: resize to {desired} node(s): "
                                  + "; ".join(f"node {i}: {why}" for i, why in failed.items()))
 
-    def node_lost(self, index: int, submissions: list[Submission], reason: str) -> None:
-        """A node's connection broke (its agent client reports it with its unfinished calls)."""
-        self._out_of_service(index, reason, submissions)
-
-    def _unhealthy(self, index: int, reason: str) -> None:
-        self._out_of_service(index, reason, [])
-
-    def _preempted(self, index: int, notice: PreemptionNotice) -> None:
-        left = max(0.0, notice.deadline - time.time())
-        self._out_of_service(index, f"{notice.reason}; it stops in {left:.0f}s", [])
-
-    def _silent(self, index: int, reason: str) -> None:
-        self._out_of_service(index, reason, [])
-
-    def _out_of_service(self, index: int, reason: str, lost: list[Submission]) -> None:
-        """The one path for every node that leaves service unexpectedly: out of service first,
-        its unfinished calls handed to the dispatcher (held until it is fenced), then fenced
-        over SSH if it still answers, and recreated by the reconciler."""
-        node = self.membership.lose(index, reason)
-        self.dispatcher.out_of_service(index, reason)
-        if node is not None:
-            lost = lost + node.agent.close()
-        self.dispatcher.lost(index, lost, reason)
-        if node is None:
-            return
-        log.warning("stack %s: node %d out of service (%s); replacing it", self.plan.stack_name,
-                    index, reason)
-        self.events.emit(InstancePreempted(stack=self.plan.stack_name, node=index, reason=reason))
-        threading.Thread(target=self._fence, args=(node,), name=f"fence-node-{index}",
-                         daemon=True).start()
-
-    def _fence(self, node: Node) -> None:
-        """Kill what is left of a lost node over SSH; if that works its calls run again at
-        once, otherwise when the stack update that recreates it has removed it."""
-        if node.fence():
-            self.dispatcher.fenced(node.index)
-        self._node_gone(node.index, node.connection)
-        try:
-            node.close()
-        except Exception as exc:  # noqa: BLE001 - it is being replaced anyway
-            log.debug("node %d: closing after it was lost: %s", node.index, exc)
-
-    def _node_gone(self, index: int, connection: Any) -> None:
-        if self.heartbeat is not None:
-            self.heartbeat.remove(index, connection)
-
     def _head(self, timeout: float) -> Node:
         """The head node once it is in service (collections are reached through it)."""
         deadline = time.monotonic() + timeout
@@ -296,30 +292,67 @@ class PoolLifecycle:
     # ---- taking it down ---------------------------------------------------------------------
 
     def close(self, how: str = "pool closed") -> None:
-        """Tear the pool down; the stack's destroy always runs, the first error is raised
-        after it. Safe to call twice."""
+        """Tear the pool down; the stack's destroy always runs (or, with ``keep_warm``, the
+        handover to a keeper), the first error is raised after it. Safe to call twice."""
         if self._closed.is_set():
             return
         self._closed.set()
+        self._kept_warm = self._keep_warm(how)
         self.membership.stop(how)
         self._how = how
         self._teardown.run()
+
+    def _keep_warm(self, how: str) -> bool:
+        """Whether to leave the nodes for the next equal pool: asked for, a clean close (not a
+        Ctrl+C: that means stop), and every node in service."""
+        return (self.plan.options.keep_warm > 0 and self.stack is not None
+                and self.reconciler is not None and self.reconciler.outputs is not None
+                and not self.membership.stopped and "Ctrl+C" not in how
+                and self.membership.ready_count() == self.membership.declared > 0
+                and self.membership.declared == self.membership.desired)
 
     def _reconciler_stop(self) -> None:
         if self.reconciler is not None:
             self.reconciler.stop(self.plan.options.shutdown_timeout)
 
     def _close_nodes(self) -> None:
-        """Close every node's connections (and unmount volumes); their unfinished calls fail."""
+        """Close every node's connections (and unmount volumes, unless kept warm); their
+        unfinished calls fail."""
         error = NodeConnectionError(f"pool {self.plan.stack_name} closed")
         for node in self.membership.nodes():
-            fail(node.close(), error)
+            fail(node.detach() if self._kept_warm else node.close(), error)
+
+    def _destroy_or_keep(self) -> None:
+        if self._kept_warm:
+            self._hand_to_keeper()
+        else:
+            self._destroy()
+
+    def _hand_to_keeper(self) -> None:
+        """Start the keeper and wait until it keeps the nodes; if it does not, destroy."""
+        assert self.reconciler is not None and self.reconciler.outputs is not None
+        plan, request = self.plan, self.reconciler.request
+        ports = {node.index: node.agent_port for node in self.membership.nodes()}
+        keeper = start_keeper(
+            warm.WarmPool(plan.stack_name, self.reconciler.outputs, ports, request.node_count,
+                          tuple(sorted(request.on_demand_nodes))),
+            plan.warm_key, plan.options.keep_warm, plan.spec.ttl,
+            plan.options.ssh_timeout or 30.0)
+        if not warm.wait_listed(plan.warm_key, plan.stack_name, keeper,
+                                plan.options.ssh_timeout or 30.0):
+            log.error("stack %s: its keeper did not start; destroying it instead",
+                      plan.stack_name)
+            self._destroy()
+            return
+        log.info("stack %s: kept warm for %gs by keeper %d (skyward-iac ls shows it)",
+                 plan.stack_name, plan.options.keep_warm, keeper.pid)
+        self.stack = None
 
     def _destroy(self) -> None:
         stack = self.stack
         if stack is None:
             return
-        name, how = self.plan.stack_name, getattr(self, "_how", "pool closed")
+        name, how = self.plan.stack_name, self._how
         log.info("stack %s: destroying (%s)", name, how)
         with self._phase("destroy"):
             _destroy(stack, f"skyward: {how}", self.plan.options.shutdown_timeout,
@@ -338,7 +371,7 @@ class PoolLifecycle:
         return self.plan.usd_per_hour(request)
 
     @contextlib.contextmanager
-    def _phase(self, name: str):  # type: ignore[no-untyped-def]
+    def _phase(self, name: str) -> Iterator[None]:
         started = time.monotonic()
         try:
             yield
@@ -368,9 +401,3 @@ def _collect_garbage() -> None:
             log.info("gc: %s %s (%s)", action.action, action.stack, action.reason)
     except Exception as exc:  # noqa: BLE001 - a failed cleanup must not block new work
         log.warning("gc before start failed: %s", exc)
-
-
-def _error(stack: str, exc: BaseException) -> Any:
-    from skyward_iac.observability.events import Error
-
-    return Error(stack=stack, message=str(exc) or repr(exc), fatal=True)

@@ -143,6 +143,8 @@ class Node:
     address: NodeAddress
     connection: fabric.Connection
     agent: AgentClient
+    #: The agent's port on the node's loopback (reached through the SSH tunnel).
+    agent_port: int = 0
     plan: BootstrapPlan | None = None
     #: The pool's node-side plugin hooks, pickled (sent with every Configure).
     plugins: bytes | None = None
@@ -153,28 +155,44 @@ class Node:
         """Connect over SSH (pinned host key, the stack's key from ``outputs``), bootstrap,
         open the agent tunnel, and tell the agent where the node sits in the pool."""
         started = time.monotonic()
-        timeout = launch.ssh_timeout
-        # A cloud instance may still be booting: keep trying while its sshd comes up.
-        wait = max(timeout, ssh.CLOUD_BOOT_WAIT) if plan.cloud_init else timeout
-        connection = ssh.connect(address, outputs.ssh_private_key, timeout, wait=wait,
-                                 retry_interval=launch.ssh_retry_interval)
+        connection = _connect(launch, outputs, address, plan)
         try:
-            if launch.on_contact is not None:
-                launch.on_contact(address.index, connection, address.workdir)
             on_step, on_line = _bootstrap_reporters(launch.stack, address.index, launch.on_event)
             port = bootstrap(connection, plan, outputs.agent_token, on_step, on_line)
-            channel = ssh.open_tunnel(connection, port, timeout)
-            agent = AgentClient(channel, outputs.agent_token, address.index, ids=launch.task_ids,
-                                on_output=launch.on_output, on_lost=launch.on_lost)
-            agent.on_metrics, agent.on_preemption = launch.on_metrics, launch.on_preemption
-            node = cls(address, connection, agent, plan, launch.plugins)
-            node.configure(instance, collections)
+            node = cls._attached(launch, outputs, address, connection, port, plan, instance,
+                                 collections)
         except BaseException:
             connection.close()
             raise
         if launch.on_event is not None:
             launch.on_event(InstanceBootstrapped(stack=launch.stack, node=address.index,
                                                  duration=time.monotonic() - started))
+        return node
+
+    @classmethod
+    def attach(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
+               port: int, plan: BootstrapPlan, instance: InstanceInfo,
+               collections: Any = None) -> Node:
+        """Reconnect to a node bootstrapped earlier whose agent listens on ``port`` (a warm
+        pool's): SSH, the agent tunnel and a new ``Configure``, no bootstrap."""
+        connection = _connect(launch, outputs, address, plan)
+        try:
+            return cls._attached(launch, outputs, address, connection, port, plan, instance,
+                                 collections)
+        except BaseException:
+            connection.close()
+            raise
+
+    @classmethod
+    def _attached(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
+                  connection: fabric.Connection, port: int, plan: BootstrapPlan,
+                  instance: InstanceInfo, collections: Any) -> Node:
+        channel = ssh.open_tunnel(connection, port, launch.ssh_timeout)
+        agent = AgentClient(channel, outputs.agent_token, address.index, ids=launch.task_ids,
+                            on_output=launch.on_output, on_lost=launch.on_lost)
+        agent.on_metrics, agent.on_preemption = launch.on_metrics, launch.on_preemption
+        node = cls(address, connection, agent, port, plan, launch.plugins)
+        node.configure(instance, collections)
         return node
 
     @property
@@ -197,6 +215,13 @@ class Node:
             return False
         return result.exited == 0
 
+    def detach(self) -> list[Submission]:
+        """Close the client's connections but leave the node as it is (agent running, volumes
+        mounted), for a warm pool's next user. Returns the tasks still pending on it."""
+        pending = self.agent.close()
+        self.connection.close()
+        return pending
+
     def close(self) -> list[Submission]:
         """Close the agent channel, unmount the node's volumes (so buffered writes reach the
         bucket before the node goes away), and close the SSH connection. Returns the tasks
@@ -215,6 +240,22 @@ class Node:
         finally:
             self.connection.close()
         return pending
+
+
+def _connect(launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
+             plan: BootstrapPlan) -> fabric.Connection:
+    """SSH to ``address`` (retried while a cloud instance boots); the heartbeat starts now."""
+    timeout = launch.ssh_timeout
+    wait = max(timeout, ssh.CLOUD_BOOT_WAIT) if plan.cloud_init else timeout
+    connection = ssh.connect(address, outputs.ssh_private_key, timeout, wait=wait,
+                             retry_interval=launch.ssh_retry_interval)
+    if launch.on_contact is not None:
+        try:
+            launch.on_contact(address.index, connection, address.workdir)
+        except BaseException:
+            connection.close()
+            raise
+    return connection
 
 
 def fence_command(workdir: str) -> str:

@@ -8,6 +8,9 @@ plan; ``preview`` previews one.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,6 +23,7 @@ from skyward_iac.api.volumes import volume_keys
 from skyward_iac.infra import offers
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import new_stack_name
+from skyward_iac.orchestration import warm
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.plugins import _client as plugins
 from skyward_iac.remote.bootstrap import BootstrapPlan
@@ -97,9 +101,43 @@ class PoolPlan:
     #: The Image's includes packed once: every node, late or replacement, gets the same code.
     includes: IncludesArchive | None = field(default=None, repr=False)
 
+    #: The name this run's collections and ``instance_info().job_id`` go by (a warm pool's
+    #: stack outlives its runs, each of which starts with empty collections).
+    run_id: str = ""
+
     @property
     def provider(self) -> str:
         return self.spec.provider.kind
+
+    @functools.cached_property
+    def warm_key(self) -> str:
+        """Equal for two pools whose nodes are interchangeable (see ``warm.py``)."""
+        spec = self.spec
+        try:
+            described: Any = spec.model_dump(mode="json", exclude={"plugins", "volumes"})
+        except Exception:  # noqa: BLE001 - a field pydantic cannot render as JSON
+            described = repr(spec.model_copy(update={"plugins": (), "volumes": ()}))
+        return warm.warm_key({
+            "spec": described,
+            "volumes": [(v.bucket, v.mount, v.prefix, v.read_only) for v in spec.volumes],
+            "plugins": [getattr(p, "name", repr(p)) for p in spec.plugins],
+            "node_plugins": hashlib.sha256(self.node_plugins or b"").hexdigest(),
+            "plugin_steps": self.plugin_steps,
+            "includes": hashlib.sha256(self.includes.data).hexdigest() if self.includes else None,
+            "offer": (self.choice.offer.instance_type, self.choice.offer.region,
+                      self.choice.market),
+            "worker": self.options.worker.model_dump(mode="json"),
+            "collections": self.options.collections,
+            "skyward": warm.package_digest(),
+        })
+
+    def adopting(self, stack: str, node_count: int, on_demand: tuple[int, ...]) -> PoolPlan:
+        """This plan for a warm pool taken over: its stack, at its size, with a run id of its
+        own."""
+        request = replace(self.request, stack_name=stack, node_count=node_count,
+                          on_demand_nodes=frozenset(on_demand))
+        return replace(self, stack_name=stack, request=request,
+                       run_id=f"{stack}-{secrets.token_hex(3)}")
 
     def request_for(self, base: ClusterRequest, node_count: int) -> ClusterRequest:
         """``base`` (the request in force, with any fallback it took) at ``node_count`` nodes."""
@@ -125,7 +163,7 @@ class PoolPlan:
         return {
             node.index: InstanceInfo(
                 node=node.index, total_nodes=len(outputs.nodes), head_addr=head,
-                head_port=HEAD_PORT, job_id=self.stack_name, peers=peers,
+                head_port=HEAD_PORT, job_id=self.run_id, peers=peers,
                 accelerators=per_node, total_accelerators=per_node * len(outputs.nodes),
                 workers_per_node=plugins.workers_per_node(self.spec.plugins),
             )
@@ -163,7 +201,8 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
                              offer=choice.offer, collections=options.collections)
     program_for(request)  # an unsupported provider fails here, before provisioning
     return PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
-                    request=request, bounds=Bounds.of(spec), plugin_steps=steps,
+                    request=request, bounds=Bounds.of(spec), run_id=stack_name,
+                    plugin_steps=steps,
                     node_plugins=plugins.node_plugins(spec.plugins),
                     includes=_includes(spec))
 

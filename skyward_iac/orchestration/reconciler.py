@@ -173,7 +173,7 @@ class Reconciler:
 
     def _tell_peers(self, outputs: ClusterOutputs) -> None:
         infos = self.plan.instance_infos(outputs)
-        collections = node_config(outputs, self.plan.stack_name)
+        collections = node_config(outputs, self.plan.run_id)
         for node in self.membership.in_service():
             if node.index in infos:
                 try:
@@ -189,7 +189,7 @@ class Reconciler:
             node = Node.start(self.launch, outputs, address,
                               self.plan.bootstrap_plan(address, outputs),
                               self.plan.instance_infos(outputs)[index],
-                              node_config(outputs, name))
+                              node_config(outputs, self.plan.run_id))
         except BaseException as exc:  # noqa: BLE001 - reported; recreated with backoff
             self.start_errors.setdefault(index, exc)
             if self.on_node_gone is not None:
@@ -213,6 +213,32 @@ class Reconciler:
             self.emit(InstanceReplaced(stack=name, node=index,
                                        old_instance_id=self._previous.pop(index),
                                        instance_id=address.public_address))
+
+    # ---- a warm pool ------------------------------------------------------------------------
+
+    def adopt(self, outputs: ClusterOutputs, ports: dict[int, int]) -> None:
+        """Take over nodes that are up and bootstrapped (a warm pool's): the stack declares
+        ``plan.request``'s nodes already; each is reattached in the background."""
+        self.outputs = outputs
+        self.request = self.plan.request
+        count = self.request.node_count
+        self.membership.declared_now(count, tuple(range(count)))
+        for index in range(count):
+            self._starts.submit(self._attach, index, outputs, ports[index])
+
+    def _attach(self, index: int, outputs: ClusterOutputs, port: int) -> None:
+        try:
+            address = outputs.node(index)
+            node = Node.attach(self.launch, outputs, address, port,
+                               self.plan.bootstrap_plan(address, outputs),
+                               self.plan.instance_infos(outputs)[index],
+                               node_config(outputs, self.plan.run_id))
+        except Exception as exc:  # noqa: BLE001 - the caller falls back to a cold start
+            self.start_errors.setdefault(index, exc)
+            self.membership.start_failed(index, f"{type(exc).__name__}: {exc}", 0.0, 1)
+            return
+        if not self.membership.joined(index, node):
+            node.detach()
 
     # ---- a stack taken down by someone else --------------------------------------------------
 

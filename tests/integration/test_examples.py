@@ -22,6 +22,7 @@ EXPECTED = {
     "sklearn_grid_search.py": "best params match the local run: True",
     "elastic_pool.py": "grew to 3 and shrank back to 1",
     "preemption_recovery.py": "node 1 serves again: 49",
+    "warm_pool.py": "same workers: True",
 }
 
 

@@ -93,3 +93,14 @@ def test_how_a_run_ended() -> None:
     assert ending(None) == "pool closed"
     assert ending(KeyboardInterrupt()) == "interrupted (Ctrl+C)"
     assert ending(ValueError("x")) == "closed after ValueError"
+
+
+def test_a_warm_pool_is_left_to_its_keeper_until_its_warm_time_is_over() -> None:
+    expired = "2026-11-22T11:00:00+00:00"
+    tags = {"created_at": expired, "expires_at": expired, "host": "here", "pid": "1",
+            "owner": "me@here"}
+    later, earlier = "2026-11-22T13:00:00+00:00", "2026-11-22T11:30:00+00:00"
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": later}, 3), NOW, "here",
+                          lambda pid, started: False) is None
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), NOW, "here",
+                          lambda pid, started: False) is not None

@@ -1,0 +1,123 @@
+"""Warm pools on real Local nodes: a pool closed with ``keep_warm`` is adopted by the next
+equal pool in another process (same stack, same worker processes, no bootstrap); a different
+spec never adopts; one adopter at a time; unclaimed, the keeper destroys the stack; a dead
+keeper's nodes still stop after ttl."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.orchestration import warm
+from tests.chaos.test_lifecycle_chaos import ROOT, skyward_iac, wait_until_gone
+
+pytestmark = pytest.mark.chaos
+CHILD = Path(__file__).with_name("warm_child.py")
+
+
+def open_pool(nodes: int, keep_warm: float, mark: str = "a") -> dict[str, str]:
+    """Run one client process that opens a pool and leaves it; what it printed, by key."""
+    done = subprocess.run([sys.executable, str(CHILD), str(nodes), str(keep_warm), mark],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+
+
+def keepers() -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if b"skyward_iac.orchestration.keeper" in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_the_next_equal_pool_adopts_the_warm_nodes_and_a_different_one_does_not() -> None:
+    first = open_pool(2, keep_warm=120)
+    stack = first["STACK"]
+    assert first["ADOPTED"] == "False"
+    wait(lambda: f"{stack}" in (out := skyward_iac("ls").stdout) and "warm until" in out, 30,
+         "ls never showed the warm pool")
+    assert ClusterStack.select(stack).resource_count() > 0
+
+    other = open_pool(2, keep_warm=0, mark="b")  # another Image: never the warm nodes
+    assert other["ADOPTED"] == "False" and other["STACK"] != stack
+
+    second = open_pool(2, keep_warm=120)
+    assert second["STACK"] == stack and second["ADOPTED"] == "True"
+    assert second["PIDS"] == first["PIDS"]  # the same worker processes: nothing restarted
+    assert second["COUNTER"] == "1"  # each run starts with empty collections
+    assert float(second["FIRST"]) < float(first["FIRST"]) / 5, (first, second)
+
+    third = open_pool(2, keep_warm=0)  # adopts, then destroys at exit
+    assert third["STACK"] == stack and third["ADOPTED"] == "True"
+    wait(lambda: ClusterStack.select(stack).resource_count() == 0, 60, "not destroyed")
+    wait_until_gone(stack, 30)
+    wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")
+
+
+def test_one_adopter_at_a_time() -> None:
+    first = open_pool(1, keep_warm=120, mark="race")
+    results: list[dict[str, str]] = []
+    threads = [threading.Thread(target=lambda: results.append(open_pool(1, 0, mark="race")))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    adopted = [r for r in results if r["ADOPTED"] == "True"]
+    assert len(adopted) == 1 and adopted[0]["STACK"] == first["STACK"], results
+    for result in results:
+        wait(lambda r=result: ClusterStack.select(r["STACK"]).resource_count() == 0, 60,
+             f"{result['STACK']} not destroyed")
+
+
+def test_an_unclaimed_warm_pool_is_destroyed_when_keep_warm_runs_out() -> None:
+    first = open_pool(1, keep_warm=6, mark="unclaimed")
+    stack = first["STACK"]
+    assert ClusterStack.select(stack).resource_count() > 0
+    wait(lambda: ClusterStack.select(stack).resource_count() == 0, 90, "never destroyed")
+    wait_until_gone(stack, 30)
+    history = ClusterStack.select(stack).history()
+    assert "warm pool unclaimed" in (history[0].message or "")
+    wait(lambda: not keepers(), 30, "the keeper did not exit")
+
+
+def test_a_dead_keepers_nodes_stop_after_ttl_and_gc_empties_the_stack() -> None:
+    first = open_pool(1, keep_warm=600, mark="orphan")
+    stack = first["STACK"]
+    wait(lambda: _key_of(stack) is not None, 30, "the keeper never listed itself")
+    entries = [entry for _, entry in warm.listed(_key_of(stack) or "") if entry["stack"] == stack]
+    os.kill(entries[0]["pid"], signal.SIGKILL)
+    wait_until_gone(stack, 20 + 30)  # ttl 20: the nodes stop themselves
+    done = skyward_iac("gc")
+    assert done.returncode == 0, done.stderr
+    assert ClusterStack.select(stack).resource_count() == 0
+
+
+def _key_of(stack: str) -> str | None:
+    from skyward_iac.infra import home
+
+    for directory in (home.skyward_home() / "warm").iterdir():
+        if (directory / f"{stack}.json").exists():
+            return directory.name
+    return None
