@@ -20,6 +20,9 @@ from skyward_iac.api.errors import EngineNotFoundError
 from skyward_iac.infra import home
 
 LAUNCHER = "pulumi-resource-pulumi-python"
+#: The line that marks the current launcher (tools/pulumi/pulumi-resource-pulumi-python): it
+#: runs providers through ``infra.provider_host``; an older one would run them unguarded.
+LAUNCHER_MARK = "skyward-launcher: 2"
 
 
 def sdk_version() -> str:
@@ -75,10 +78,17 @@ def find_engine() -> Engine:
         tried.append(f"{binary} ({version or 'missing'})")
         if version and _at_least(version, wanted):
             launcher_dir = binary.parent if (binary.parent / LAUNCHER).is_file() else cache
-            if not (launcher_dir / LAUNCHER).is_file():
+            launcher = launcher_dir / LAUNCHER
+            if not launcher.is_file():
                 raise EngineNotFoundError(
                     f"found pulumi {version} at {binary} but not the dynamic-provider launcher "
                     f"{LAUNCHER}; run scripts/setup (or tools/pulumi/build.sh) to install it"
+                )
+            if LAUNCHER_MARK not in launcher.read_text(errors="replace"):
+                raise EngineNotFoundError(
+                    f"the dynamic-provider launcher {launcher} is an older one (it would run "
+                    "providers without their guards); run scripts/setup (or "
+                    "tools/pulumi/build.sh) to install the current one"
                 )
             return Engine(binary.parent.parent, version, launcher_dir)
     raise EngineNotFoundError(

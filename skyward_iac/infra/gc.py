@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from skyward_iac.api.errors import StackBusyError
+from skyward_iac.infra import home
+from skyward_iac.infra.provider_host import reap_orphans
+from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import StackRecord, process_started
 from skyward_iac.processes import is_alive
 
@@ -71,7 +74,7 @@ class Action:
     """One thing gc did (or would do, with ``dry_run``)."""
 
     stack: str
-    action: str  # "destroyed" | "pruned" | "skipped" | "failed"
+    action: str  # "destroyed" | "pruned" | "skipped" | "failed" | "reaped" | "repaired"
     reason: str
 
 
@@ -85,6 +88,12 @@ def collect(retention_days: float | None = 30, dry_run: bool = False,
     now, host = datetime.now(UTC), socket.gethostname()
     wanted = set(only) if only is not None else None
     actions: list[Action] = []
+    if not dry_run:
+        for pid in reap_orphans():
+            actions.append(Action("-", "reaped", f"provider process {pid} had outlived its "
+                                                 "engine"))
+        for line in repair_state(home.state_dir()):
+            actions.append(Action("-", "repaired", line))
     for record in list_records(only_live=retention_days is None):
         if wanted is not None and record.name not in wanted:
             continue

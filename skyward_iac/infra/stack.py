@@ -26,7 +26,9 @@ import pulumi.automation as auto
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra import engine, home, state_files
+from skyward_iac.infra.engine_command import EngineCommand
 from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import (
     DOWN_BY,
     TAG_PREFIX,
@@ -103,7 +105,7 @@ def _project_dir() -> str:
 @functools.cache
 def _command(root: str) -> auto.PulumiCommand:
     """One command object per engine: creating one runs ``pulumi version`` (~0.2 s)."""
-    return auto.PulumiCommand(root=root)
+    return EngineCommand(root=root)
 
 
 def _workspace_options() -> auto.LocalWorkspaceOptions:
@@ -230,8 +232,10 @@ class ClusterStack:
         return stale
 
     def clear_crash_leftovers(self) -> None:
-        """Undo what a crashed update leaves: a stale lock (``cancel``, only when its holder is
-        dead) and pending operations or resources that vanished (``refresh``)."""
+        """Undo what a crashed update leaves: broken state files (``state_repair``), a stale
+        lock (``cancel``, only when its holder is dead) and pending operations or resources
+        that vanished (``refresh``)."""
+        repair_state(home.state_dir())
         if self.stale_locks():
             self._stack.cancel()
         try:

@@ -77,7 +77,10 @@ def read_stacks(state_dir: Path, project: str) -> list[StoredStack] | None:
             latest = (_load(checkpoint).get("checkpoint") or {}).get("latest") or {}
             tags_file = stacks_dir / f"{name}.pulumi-tags"
             tags = _load(tags_file).get("tags", {}) if tags_file.is_file() else {}
-            found.append(StoredStack(name, dict(tags), len(latest.get("resources") or []),
+            # Counted as ClusterStack.resource_count counts: the stack and providers left out.
+            count = sum(1 for r in latest.get("resources") or []
+                        if not str(r.get("type", "")).startswith("pulumi:"))
+            found.append(StoredStack(name, dict(tags), count,
                                      _updates(root / "history" / project / name)))
     except (OSError, ValueError, AttributeError):
         return None  # a layout this reader does not know: the CLI knows

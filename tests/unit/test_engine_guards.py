@@ -1,0 +1,64 @@
+"""The engine's guards without an engine: who owns a loopback socket, the provider's
+interceptor, the Ctrl+C policy per command, and mending broken state files."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.infra.engine_command import interrupt_policy
+from skyward_iac.infra.provider_host import socket_owner
+from skyward_iac.infra.state_repair import repair
+
+
+def test_the_owner_of_a_connected_loopback_socket_is_found() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    try:
+        peer = f"ipv4:127.0.0.1:{client.getsockname()[1]}"
+        assert socket_owner(peer, server.getsockname()[1]) == os.getuid()
+        # The right port but another server: not our connection, so nobody's.
+        assert socket_owner(peer, server.getsockname()[1] + 1) is None
+        assert socket_owner("ipv6:[::1]:1234", 1) is None
+        assert socket_owner("unix:/tmp/x", 1) is None
+    finally:
+        client.close()
+        server.close()
+
+
+@pytest.mark.parametrize(("args", "policy"), [
+    (["destroy", "--yes", "--stack", "s"], "wait"),
+    (["up", "--yes", "--stack", "s"], "cancel"),
+    (["refresh", "--yes"], "cancel"),
+    (["preview"], "cancel"),
+])
+def test_ctrl_c_never_signals_a_destroy(args: list[str], policy: str) -> None:
+    assert interrupt_policy(args) == policy
+
+
+def test_broken_sidecars_are_removed_and_an_empty_checkpoint_restored(tmp_path: Path) -> None:
+    stacks = tmp_path / ".pulumi" / "stacks" / "skyward"
+    stacks.mkdir(parents=True)
+    good = {"checkpoint": {"latest": {"resources": []}}}
+    (stacks / "a.json").write_text(json.dumps(good))
+    (stacks / "a.json.attrs").write_text("")  # what an interrupted engine left
+    (stacks / "b.json").write_text("")
+    (stacks / "b.json.bak").write_text(json.dumps(good))
+    (stacks / "c.json").write_text(json.dumps(good))
+    (stacks / "c.json.attrs").write_text('{"md5":"x"}')
+    old = time.time() - 60
+    for path in stacks.iterdir():
+        os.utime(path, (old, old))
+    mended = repair(tmp_path)
+    assert not (stacks / "a.json.attrs").exists()
+    assert json.loads((stacks / "b.json").read_text()) == good
+    assert (stacks / "c.json.attrs").exists()  # a sound sidecar stays
+    assert len(mended) == 2
+    assert repair(tmp_path) == []  # nothing left to mend
+    (stacks / "d.json.attrs").write_text("")  # just written: may be under way, left alone
+    assert repair(tmp_path) == []
