@@ -8,7 +8,11 @@ import functools
 import io
 import random
 import socket
-from collections.abc import Callable, Iterator, Sequence
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -149,8 +153,84 @@ def _take(data: Any, indices: list[int]) -> Any:
 
 
 # ---- output control -------------------------------------------------------------------------
+# Per task, not per process: ``sys.stdout``/``sys.stderr`` are replaced once by ``RoutedStream``s,
+# and where a write goes is read from a context variable, which each task (each thread, each
+# ``contextvars`` context) sets for itself. A silenced task never mutes the task beside it.
 
 Only = Literal["head"] | Callable[[InstanceInfo], bool]
+
+
+class _Discard:
+    """Where a silenced stream's text goes."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Routing:
+    """Where the current context's output goes, per stream; None: where it went before."""
+
+    stdout: Any = None
+    stderr: Any = None
+
+
+_PASS_THROUGH = _Routing()
+_routing: ContextVar[_Routing] = ContextVar("skyward_output_routing", default=_PASS_THROUGH)
+_install_lock = threading.Lock()
+
+
+class RoutedStream:
+    """A process's ``sys.stdout`` or ``sys.stderr`` under output control: each write goes where
+    the writing context routes that stream (dropped, a callback), else to the stream it
+    replaced. Everything else (``fileno``, ``isatty``, ``encoding``, ...) is the replaced
+    stream's."""
+
+    def __init__(self, name: Literal["stdout", "stderr"], inner: Any) -> None:
+        self.name = name
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        target = getattr(_routing.get(), self.name)
+        return (self.inner if target is None else target).write(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        target = getattr(_routing.get(), self.name)
+        (self.inner if target is None else target).flush()
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.inner, attribute)
+
+
+def route_output() -> None:
+    """Put ``RoutedStream``s in front of ``sys.stdout`` and ``sys.stderr`` (once; a stream
+    replaced since is wrapped again). The worker calls it at start; output control calls it
+    before routing anything, so it also works outside a pool."""
+    with _install_lock:
+        for name in ("stdout", "stderr"):
+            current = getattr(sys, name)
+            if not isinstance(current, RoutedStream):
+                setattr(sys, name, RoutedStream(name, current))  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _routed(stdout: Any = None, stderr: Any = None) -> Iterator[None]:
+    """Route this context's streams (None: leave that stream as it is) for the block."""
+    route_output()
+    current = _routing.get()
+    token = _routing.set(_Routing(stdout if stdout is not None else current.stdout,
+                                  stderr if stderr is not None else current.stderr))
+    try:
+        yield
+    finally:
+        _routing.reset(token)
 
 
 def _allowed(only: Only) -> bool:
@@ -163,11 +243,11 @@ def _allowed(only: Only) -> bool:
 def _filtered(fn: Callable[..., T], stdout: Only | None, stderr: Only | None) -> Callable[..., T]:
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
-        with contextlib.ExitStack() as stack:
-            if stdout is not None and not _allowed(stdout):
-                stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
-            if stderr is not None and not _allowed(stderr):
-                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        mute_out = stdout is not None and not _allowed(stdout)
+        mute_err = stderr is not None and not _allowed(stderr)
+        if not (mute_out or mute_err):
+            return fn(*args, **kwargs)
+        with _routed(_Discard() if mute_out else None, _Discard() if mute_err else None):
             return fn(*args, **kwargs)
 
     return run
@@ -185,17 +265,19 @@ def _output_decorator(stdout: Only | None, stderr: Only | None) -> Callable[[Any
 
 
 def stdout(*, only: Only) -> Callable[[Any], Any]:
-    """Keep a task's stdout only where ``only`` holds (``"head"`` or a predicate on InstanceInfo)."""
+    """Keep a task's stdout only where ``only`` holds (``"head"`` or a predicate on InstanceInfo).
+
+    It applies to that task alone: other tasks running at the same time print as usual."""
     return _output_decorator(only, None)
 
 
 def stderr(*, only: Only) -> Callable[[Any], Any]:
-    """Keep a task's stderr only where ``only`` holds."""
+    """Keep a task's stderr only where ``only`` holds (that task alone)."""
     return _output_decorator(None, only)
 
 
 def silent(target: Any) -> Any:
-    """Silence both streams of a task (a bare decorator)."""
+    """Silence both streams of a task (a bare decorator; that task alone)."""
     never: Only = lambda _info: False  # noqa: E731
     return _output_decorator(never, never)(target)
 
@@ -217,9 +299,12 @@ class CallbackWriter(io.TextIOBase):
 
 @contextlib.contextmanager
 def redirect_output(callback: Callable[[str], Any]) -> Iterator[tuple[CallbackWriter, CallbackWriter]]:
-    """Route stdout and stderr to ``callback(text)`` for the block; yields the two writers."""
+    """Route stdout and stderr to ``callback(text)`` for the block; yields the two writers.
+
+    Only what the current task (the current thread or context) prints is routed; tasks
+    running beside it print as usual."""
     out, err = CallbackWriter(callback), CallbackWriter(callback)
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _routed(out, err):
         yield out, err
 
 

@@ -4,6 +4,10 @@ It listens on the node's loopback only (the client reaches it through an SSH dir
 channel) and demands the per-stack token as the first frame, before it unpickles anything.
 Tasks run in worker subprocesses (``remote/worker.py``) admitted by ``remote/slots.py``, so a
 task that kills its process never takes the agent down.
+
+The agent leads its own process group, which its workers (and the processes their tasks start)
+join, so one ``kill`` of the group fences the node (``remote/fence.py``); and its workers die
+with it, however it dies (see ``Slots``).
 Run as ``python -m skyward_iac.remote.agent --token-file F --port-file F [--concurrency N]
 [--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
 [--metadata-url URL]]``.
@@ -43,34 +47,33 @@ log = logging.getLogger("skyward.agent")
 
 
 class Connection:
-    """One authenticated client connection: hands tasks to the slots, relays their messages."""
+    """One authenticated client connection: hands tasks to the slots; its ``channel`` is where
+    their messages go back."""
 
-    def __init__(self, sock: socket.socket, slots: Slots) -> None:
-        self.sock = sock
+    def __init__(self, channel: protocol.Channel, slots: Slots) -> None:
+        self.channel = channel
         self.slots = slots
-        self.send_lock = threading.Lock()
 
     def send(self, message: object) -> None:
-        frames = protocol.encode(message)
-        with self.send_lock:
-            protocol.send(self.sock, frames)
+        self.channel.send(message)
 
     def serve(self) -> None:
+        """Handle the client's frames until it disconnects."""
         while True:
             tasks: list[Task] = []
-            for message in protocol.unbatch(protocol.read_message(self.sock)):
+            for message in self.channel.receive():
                 if isinstance(message, Task):
                     tasks.append(message)
                     continue
                 if tasks:  # keep the client's order: tasks before a later cancel or configure
-                    self.slots.submit_many(tasks, self)
+                    self.slots.submit_many(tasks, self.channel)
                     tasks = []
                 if isinstance(message, Cancel):
                     self.slots.cancel(message.task_id)
                 elif isinstance(message, Configure):
                     self.slots.configure(message)
             if tasks:
-                self.slots.submit_many(tasks, self)
+                self.slots.submit_many(tasks, self.channel)
 
 
 class Listeners:
@@ -116,38 +119,54 @@ class Listeners:
             self.discard(connection)  # a broken one is dropped; its reader ends it
 
 
-def authenticate(sock: socket.socket, token: bytes) -> bool:
-    """True when the first frame is exactly the token; nothing is unpickled before this."""
-    sock.settimeout(HANDSHAKE_TIMEOUT)
+def authenticate(channel: protocol.Channel, token: bytes) -> bool:
+    """True when the first frame is exactly the token. Nothing is unpickled, decompressed or
+    read beyond ``MAX_TOKEN_FRAME`` bytes before this: a first frame that is not RAW or is
+    longer is refused as soon as its header is read."""
     try:
-        flags, payload = protocol.read_frame(sock)
-    except (OSError, protocol.ConnectionClosed, ValueError):
+        payload = channel.receive_raw(protocol.MAX_TOKEN_FRAME)
+    except (OSError, protocol.ConnectionClosed, protocol.ProtocolError):
         return False
-    sock.settimeout(None)
-    return flags == protocol.RAW and hmac.compare_digest(payload, token)
+    return hmac.compare_digest(payload, token)
 
 
 def handle(sock: socket.socket, token: bytes, slots: Slots,
            listeners: Listeners | None = None) -> None:
+    """Serve one connection: the token first, then the client's tasks."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # Large buffers: a 100 MB argument arrives in fewer, larger reads.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     with sock:
-        if not authenticate(sock, token):
+        channel = protocol.Channel(sock)
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        if not authenticate(channel, token):
             log.warning("rejected a connection without the stack token")
             return
-        connection = Connection(sock, slots)
-        connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0]))
+        sock.settimeout(None)
+        # Large buffers, only for a peer that proved it holds the token: a 100 MB argument
+        # arrives in fewer, larger reads.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        connection = Connection(channel, slots)
+        connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0],
+                                protocol=protocol.PROTOCOL_VERSION))
         if listeners is not None:
             listeners.add(connection)
         try:
             connection.serve()
         except (protocol.ConnectionClosed, OSError):
             log.info("client disconnected")
+        except protocol.ProtocolError as exc:
+            log.warning("closed a client connection that broke the protocol: %s", exc)
         finally:
             if listeners is not None:
                 listeners.discard(connection)
+
+
+def lead_process_group() -> int:
+    """Make the agent the leader of a process group (bootstrap's ``setsid`` already did, a
+    test's ``Popen`` did not) and return its id, which is the agent's pid."""
+    if os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)
+    return os.getpid()
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -178,10 +197,11 @@ def main(argv: list[str] | None = None) -> None:
 
     token = args.token_file.read_bytes().strip()
     server = socket.create_server((args.bind, 0), backlog=64)
+    group = lead_process_group()
     if args.executor == "process":
-        slots = Slots(args.concurrency, 1, once=args.fresh_processes, node=args.node)
+        slots = Slots(args.concurrency, 1, once=args.fresh_processes, node=args.node, group=group)
     else:
-        slots = Slots(1, args.concurrency, once=False, node=args.node)
+        slots = Slots(1, args.concurrency, once=False, node=args.node, group=group)
     listeners = Listeners()
     MetricsSampler(args.metrics, listeners.broadcast).start()
     if args.preemption:

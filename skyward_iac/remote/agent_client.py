@@ -80,21 +80,32 @@ class AgentClient:
         self.on_metrics: Callable[[int, tuple[Any, ...]], Any] | None = None
         #: Called with the node index and the notice when its cloud announces its preemption.
         self.on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
-        self._stream = stream
-        self._send_lock = threading.Lock()
+        self._channel = protocol.Channel(stream)
         self._pending: dict[int, Submission] = {}
         self._pending_lock = threading.Lock()
         self._deadlines: list[tuple[float, int, float]] = []
         self._deadline_wakeup = threading.Condition()
         self._closed = False
-        protocol.send(stream, protocol.encode_raw(token.encode()))
-        welcome = protocol.read_message(stream)
-        if not isinstance(welcome, Welcome):
-            raise NodeConnectionError(f"node {node}: unexpected agent greeting {welcome!r}")
-        self.welcome = welcome
+        self.welcome = self._handshake(token)
         threading.Thread(target=self._read_results, name=f"agent-{node}-reader", daemon=True).start()
         threading.Thread(target=self._expire_deadlines, name=f"agent-{node}-deadlines",
                          daemon=True).start()
+
+    def _handshake(self, token: str) -> Welcome:
+        """Send the token; the agent's ``Welcome``, refused when it speaks another protocol."""
+        self._channel.send_raw(token.encode())
+        greeting = self._channel.receive()
+        welcome = greeting[0] if len(greeting) == 1 else greeting
+        if not isinstance(welcome, Welcome):
+            raise NodeConnectionError(f"node {self.node}: unexpected agent greeting {welcome!r}")
+        version = getattr(welcome, "protocol", 1)
+        if version != protocol.PROTOCOL_VERSION:
+            self._channel.close()
+            raise NodeConnectionError(
+                f"node {self.node}: its agent speaks protocol {version}, this client "
+                f"{protocol.PROTOCOL_VERSION}; install the same skyward_iac version on both sides"
+            )
+        return welcome
 
     @property
     def in_flight(self) -> int:
@@ -111,9 +122,7 @@ class AgentClient:
         """Tell the agent, before any task, the node's ``InstanceInfo`` (as a dict), the
         ``collections.BackendConfig`` its tasks use (None: no collections) and the pool's
         pickled node-side plugins (None: none)."""
-        message = Configure(instance, collections, plugins)
-        with self._send_lock:
-            protocol.send(self._stream, protocol.encode(message))
+        self._channel.send(Configure(instance, collections, plugins))
 
     def submit(self, name: str, payload: bytes, timeout: float | None,
                buffers: tuple[Any, ...] = ()) -> Future[Any]:
@@ -147,10 +156,8 @@ class AgentClient:
         if not tasks:
             return
         self._add_deadlines(tasks)
-        frames = protocol.encode(protocol.batched(tasks))
         try:
-            with self._send_lock:
-                protocol.send(self._stream, frames)
+            self._channel.send_many(tasks)
         except OSError as exc:
             names = ", ".join(sorted({s.name for s in submissions}))
             self._broken(f"sending {names} failed: {exc}")
@@ -176,9 +183,7 @@ class AgentClient:
         """Close the connection; returns the tasks still pending (unresolved: the caller
         decides what becomes of them). ``on_lost`` is not called for a close."""
         taken = self._shut()
-        close = getattr(self._stream, "close", None)
-        if close:
-            close()
+        self._channel.close()
         return taken or []
 
     def _shut(self) -> list[Submission] | None:
@@ -203,12 +208,10 @@ class AgentClient:
         lost = self._shut()
         if lost is None:
             return
-        close = getattr(self._stream, "close", None)
-        if close:
-            try:
-                close()
-            except OSError:
-                pass
+        try:
+            self._channel.close()
+        except OSError:
+            pass
         if self.on_lost is not None:
             self.on_lost(self.node, lost, reason)
         else:
@@ -218,7 +221,7 @@ class AgentClient:
         try:
             while True:
                 resolved = False
-                for message in protocol.unbatch(protocol.read_message(self._stream)):
+                for message in self._channel.receive():
                     if isinstance(message, Result):
                         self._resolve(message)
                         resolved = True
@@ -236,6 +239,8 @@ class AgentClient:
                     self.on_results()
         except (protocol.ConnectionClosed, OSError, EOFError) as exc:
             self._broken(f"agent connection lost: {exc}")
+        except protocol.ProtocolError as exc:
+            self._broken(f"the agent broke the protocol: {exc}")
 
     def _output(self, message: Output) -> None:
         assert self._on_output is not None
@@ -309,8 +314,7 @@ class AgentClient:
             except InvalidStateError:
                 pass  # cancelled by its caller
             try:
-                with self._send_lock:
-                    protocol.send(self._stream, protocol.encode(Cancel(task_id)))
+                self._channel.send(Cancel(task_id))
             except OSError:
                 pass
 
@@ -325,16 +329,20 @@ def fail(submissions: list[Submission], error: BaseException) -> None:
             pass  # already done or cancelled
 
 
-def rebuild_exception(failure: Failure, node: int) -> BaseException:
+def rebuild_exception(failure: Failure, node: int) -> Exception:
     """The remote exception with its type when it can be rebuilt, else a ``RemoteError``;
-    either way the remote traceback is attached (as a note and ``remote_traceback``)."""
-    exc: BaseException | None = None
+    either way the remote traceback is attached (as a note and ``remote_traceback``).
+
+    Always an ``Exception``: a task's ``SystemExit``, ``KeyboardInterrupt`` or
+    ``GeneratorExit`` comes back as a ``RemoteError`` naming it, never as an exit or an
+    interrupt of the client."""
+    exc: object = None
     if failure.exception is not None:
         try:
             exc = protocol.loads(failure.exception)
         except Exception:
             exc = None
-    if not isinstance(exc, BaseException):
+    if not isinstance(exc, Exception):
         exc = RemoteError(failure.type_name, failure.message, failure.traceback)
     exc.add_note(f"\nRemote traceback (node {node}):\n{failure.traceback.rstrip()}")
     try:

@@ -1,8 +1,10 @@
 """The wire protocol between the client and a node's agent (and between an agent and its workers).
 
 A frame is a 5-byte header (payload length, flags) and a payload. The first frame of a
-connection is RAW: the per-stack token, checked before the agent unpickles anything. Every later
+connection is RAW: the per-stack token, at most ``MAX_TOKEN_FRAME`` bytes, checked before the
+agent reads anything else (a longer or non-raw first frame is refused unread). Every later
 payload is a pickled message, lz4-compressed when that makes it meaningfully smaller.
+``Channel`` is the one way agent, worker and client read and write frames.
 User code and values travel as nested pickles (``Task.payload``, ``Result.value``), so a
 failure to rebuild them is reported per task instead of breaking the connection.
 
@@ -18,8 +20,10 @@ Two things keep the hot paths cheap:
 
 from __future__ import annotations
 
+import mmap
 import pickle
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -40,6 +44,21 @@ COMPRESS_SAMPLE = 65536
 #: Buffers at least this large travel out of band; smaller ones are cheaper inside the pickle.
 OUT_OF_BAND_MIN = 65536
 MAX_FRAME = 2**32 - 1
+#: The wire's version, sent in ``Welcome``: a client refuses an agent speaking another one.
+#: 1 was the wire before ``Welcome`` carried it; 2 requires lz4 payloads to declare their size.
+PROTOCOL_VERSION = 2
+#: The first frame (the token) must be RAW and at most this long: nothing larger is read
+#: from a peer that has not proved it holds the token.
+MAX_TOKEN_FRAME = 4096
+#: At most this many out-of-band buffers in one frame.
+MAX_BUFFERS = 1 << 16
+#: lz4 shrinks data at most about 255 times: a compressed payload declaring a larger size is
+#: refused before anything is decompressed.
+LZ4_MAX_RATIO = 256
+#: Received payloads and buffers at least this large are mapped lazily (anonymous memory the
+#: kernel supplies as bytes arrive), so memory follows the bytes received, not the size a header
+#: announces.
+LAZY_MIN = 1 << 20
 #: Payloads up to this size are joined with their header into one write.
 _JOIN_MAX = 65536
 _RECV_CHUNK = 1 << 20
@@ -56,13 +75,19 @@ class ConnectionClosed(EOFError):
     """The peer closed the connection."""
 
 
+class ProtocolError(ValueError):
+    """The peer broke the protocol (a frame malformed, oversized or out of place): the
+    connection cannot go on."""
+
+
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """The agent's answer to a valid token."""
+    """The agent's answer to a valid token; ``protocol`` is its ``PROTOCOL_VERSION``."""
 
     node: int
     pid: int
     python: str
+    protocol: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +268,7 @@ def encode(obj: Any) -> list[Any]:
     payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     flags = PICKLED
     if len(payload) >= COMPRESS_MIN and _worth_compressing(payload):
-        packed = lz4.frame.compress(payload)
+        packed = lz4.frame.compress(payload)  # stores the content size, which readers require
         if len(packed) < len(payload) * 0.9:
             payload, flags = packed, COMPRESSED
     frames = _framed(payload, flags | (BUFFERS if buffers else 0))
@@ -294,8 +319,8 @@ def send(stream: ByteStream, frames: list[Any]) -> None:
         stream.sendall(b"".join(small))
 
 
-def recv_exact(stream: ByteStream, size: int) -> bytes | bytearray:
-    """Read exactly ``size`` bytes or raise ``ConnectionClosed`` (a bytearray when large)."""
+def recv_exact(stream: ByteStream, size: int) -> Any:
+    """Read exactly ``size`` bytes or raise ``ConnectionClosed`` (a buffer when large)."""
     if size > _JOIN_MAX:
         return recv_buffer(stream, size)
     chunks, remaining = [], size
@@ -308,51 +333,84 @@ def recv_exact(stream: ByteStream, size: int) -> bytes | bytearray:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def recv_buffer(stream: ByteStream, size: int) -> bytearray:
-    """Read exactly ``size`` bytes into a new bytearray (straight from the kernel on sockets)."""
-    buffer = bytearray(size)
+def recv_buffer(stream: ByteStream, size: int) -> bytearray | mmap.mmap:
+    """Read exactly ``size`` bytes into a new writable buffer (straight from the kernel on
+    sockets). From ``LAZY_MIN`` on it is anonymous memory that grows as bytes arrive: a header
+    announcing gigabytes costs nothing until they are sent (and zeroing is skipped)."""
+    buffer: bytearray | mmap.mmap
+    if size >= LAZY_MIN:
+        buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    else:
+        buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     recv_into: Callable[[memoryview, int], int] | None = getattr(stream, "recv_into", None)
-    while got < size:
-        if recv_into is not None:
-            n = recv_into(view[got:], min(size - got, _RECV_CHUNK))
-        else:
-            chunk = stream.recv(min(size - got, _RECV_CHUNK))
-            n = len(chunk)
-            view[got:got + n] = chunk
-        if not n:
-            raise ConnectionClosed("connection closed by peer")
-        got += n
+    try:
+        while got < size:
+            if recv_into is not None:
+                n = recv_into(view[got:], min(size - got, _RECV_CHUNK))
+            else:
+                chunk = stream.recv(min(size - got, _RECV_CHUNK))
+                n = len(chunk)
+                view[got:got + n] = chunk
+            if not n:
+                raise ConnectionClosed("connection closed by peer")
+            got += n
+    finally:
+        view.release()  # an mmap with an exported view cannot be freed
     return buffer
 
 
-def _read_payload(stream: ByteStream) -> tuple[int, int, bytes | bytearray]:
+def decompress(payload: Any) -> bytes:
+    """An lz4 payload, decompressed to exactly the size its frame declares.
+
+    A payload declaring no size, an implausible one (more than ``LZ4_MAX_RATIO`` times its
+    own), or holding more than it declares is a ``ProtocolError``: what a peer can make us
+    allocate is bounded by what it sent.
+    """
+    try:
+        declared = lz4.frame.get_frame_info(payload)["content_size"]
+    except RuntimeError as exc:
+        raise ProtocolError(f"malformed lz4 payload: {exc}") from exc
+    if not 0 < declared <= LZ4_MAX_RATIO * len(payload):
+        raise ProtocolError(f"an lz4 payload of {len(payload)} bytes declares {declared} bytes")
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    try:
+        data: bytes = decompressor.decompress(payload, max_length=declared)
+    except RuntimeError as exc:
+        raise ProtocolError(f"malformed lz4 payload: {exc}") from exc
+    if not decompressor.eof or len(data) != declared:
+        raise ProtocolError("an lz4 payload does not hold the size it declares")
+    return data
+
+
+def read_token(stream: ByteStream, limit: int = MAX_TOKEN_FRAME) -> bytes:
+    """The handshake's first frame: RAW, at most ``limit`` bytes; anything else is refused
+    (``ProtocolError``) before its payload is read."""
     size, flags = HEADER.unpack(recv_exact(stream, HEADER.size))
-    payload = recv_exact(stream, size)
+    if flags != RAW:
+        raise ProtocolError("the first frame must be the raw token")
+    if size > limit:
+        raise ProtocolError(f"a token frame of {size} bytes exceeds {limit}")
+    return bytes(recv_exact(stream, size))
+
+
+def read_frame_with_buffers(stream: ByteStream) -> tuple[int, Any, list[Any]]:
+    """The next frame's kind (RAW, PICKLED or COMPRESSED), payload (decompressed) and
+    out-of-band buffers."""
+    size, flags = HEADER.unpack(recv_exact(stream, HEADER.size))
     kind = flags & _KIND
+    if kind not in (RAW, PICKLED, COMPRESSED) or flags & ~(_KIND | BUFFERS):
+        raise ProtocolError(f"unknown frame flags {flags:#x}")
+    if kind == RAW and flags & BUFFERS:
+        raise ProtocolError("a raw frame cannot carry buffers")
+    payload = recv_exact(stream, size)
     if kind == COMPRESSED:
-        payload = lz4.frame.decompress(payload)
-    return kind, flags, payload
-
-
-def read_frame(stream: ByteStream) -> tuple[int, bytes | bytearray]:
-    """The next frame's kind and (decompressed) payload. Used for the handshake: a frame that
-    announces out-of-band buffers is refused before any of them is read."""
-    kind, flags, payload = _read_payload(stream)
+        payload = decompress(payload)
+    buffers: list[Any] = []
     if flags & BUFFERS:
-        raise ValueError("unexpected out-of-band buffers")
-    return kind, payload
-
-
-def read_frame_with_buffers(stream: ByteStream
-                            ) -> tuple[int, bytes | bytearray, list[bytearray]]:
-    """The next frame's kind (RAW, PICKLED or COMPRESSED), payload and out-of-band buffers."""
-    kind, flags, payload = _read_payload(stream)
-    buffers: list[bytearray] = []
-    if flags & BUFFERS:
-        if kind == RAW:
-            raise ValueError("a raw frame cannot carry buffers")
         (count,) = COUNT.unpack(recv_exact(stream, COUNT.size))
+        if count > MAX_BUFFERS:
+            raise ProtocolError(f"a frame announces {count} buffers (at most {MAX_BUFFERS})")
         table = recv_exact(stream, SIZE.size * count)
         for i in range(count):
             (length,) = SIZE.unpack_from(table, i * SIZE.size)
@@ -364,7 +422,7 @@ def read_message(stream: ByteStream) -> Any:
     """The next pickled message; only ever called on an authenticated connection."""
     kind, payload, buffers = read_frame_with_buffers(stream)
     if kind == RAW:
-        raise ValueError("unexpected raw frame after the handshake")
+        raise ProtocolError("unexpected raw frame after the handshake")
     return pickle.loads(payload, buffers=buffers)
 
 
@@ -376,3 +434,53 @@ def unbatch(message: Any) -> tuple[Any, ...]:
 def batched(messages: Sequence[Any]) -> Any:
     """One message for a frame: the message itself, or a ``Batch`` of several."""
     return messages[0] if len(messages) == 1 else Batch(tuple(messages))
+
+
+class Channel:
+    """One framed connection over a ``ByteStream`` (a socket, an SSH channel): the only way
+    the client, the agent and the workers talk.
+
+    - ``send(message)``: one message in one frame.
+    - ``send_many(messages)``: several messages in one frame (a ``Batch``), handled in order by
+      the peer; nothing is sent for none.
+    - ``send_raw(data)``: raw bytes in one frame (the client's token, before anything else).
+    - ``receive_raw(limit=MAX_TOKEN_FRAME)``: the peer's first frame, which must be RAW and at
+      most ``limit`` bytes (the agent's handshake); anything else is refused unread.
+    - ``receive() -> tuple[message, ...]``: the messages of the next frame, in order, a batch
+      unpacked, with their out-of-band buffers.
+    - ``close()``: closes the stream; a ``receive`` blocked in another thread then fails.
+
+    Any thread may send (a lock keeps frames whole; pickling happens before taking it); one
+    thread receives. ``receive`` raises ``ConnectionClosed`` when the peer closed,
+    ``ProtocolError`` on a malformed frame, ``OSError`` from the stream; ``send*`` raise
+    ``OSError``. ``stream`` is the wrapped stream (e.g. for ``select``).
+    """
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self._send_lock = threading.Lock()
+
+    def send(self, message: object) -> None:
+        self._write(encode(message))
+
+    def send_many(self, messages: Sequence[Any]) -> None:
+        if messages:
+            self._write(encode(batched(messages)))
+
+    def send_raw(self, data: bytes) -> None:
+        self._write(encode_raw(data))
+
+    def receive_raw(self, limit: int = MAX_TOKEN_FRAME) -> bytes:
+        return read_token(self.stream, limit)
+
+    def receive(self) -> tuple[Any, ...]:
+        return unbatch(read_message(self.stream))
+
+    def close(self) -> None:
+        close = getattr(self.stream, "close", None)
+        if close is not None:
+            close()
+
+    def _write(self, frames: list[Any]) -> None:
+        with self._send_lock:
+            send(self.stream, frames)

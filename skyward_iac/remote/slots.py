@@ -10,6 +10,13 @@ had started when a worker died is read from a counter the worker shares with the
 ``remote/worker.py``): those fail with ``WorkerCrashedError``, the others go to its successor.
 Several worker processes are never sent tasks ahead: a task must not wait behind a long one
 while another process is idle.
+
+Workers die with their agent, however it dies (SIGKILL included), so a task retried elsewhere
+never runs beside its first attempt: every worker holds the read end of one *lifeline* pipe
+whose write end only the agent holds, and exits (with its process group's other members, see
+``remote/worker.py``) when it reads end-of-file there. ``PR_SET_PDEATHSIG`` was not used: it
+fires when the *thread* that forked the worker ends, and workers are started from connection
+and reader threads that end long before the agent does.
 """
 
 from __future__ import annotations
@@ -40,9 +47,10 @@ PREFETCH = 64
 
 
 class Route(Protocol):
-    """Where a task's output and result go: the client connection that sent it."""
+    """Where a task's output and result go: the client connection (``protocol.Channel``) that
+    sent it."""
 
-    def send(self, message: object) -> None: ...
+    def send_many(self, messages: Sequence[Any]) -> None: ...
 
 
 #: Rewrites a worker's command: ``(argv, worker index) -> (argv, extra environment)``.
@@ -55,7 +63,8 @@ class WorkerProcess:
     def __init__(self, once: bool, slots: int, prefetch: int,
                  on_messages: Callable[[WorkerProcess, Sequence[Any]], None],
                  on_exit: Callable[[WorkerProcess], None], index: int = 0,
-                 launch: Launch | None = None) -> None:
+                 launch: Launch | None = None, lifeline: int | None = None,
+                 group: int | None = None) -> None:
         ours, theirs = socket.socketpair()
         # An unlinked file: the worker's counter outlives the worker, for the agent to read.
         with tempfile.TemporaryFile() as counter_file:
@@ -64,15 +73,20 @@ class WorkerProcess:
             command = [sys.executable, "-m", "skyward_iac.remote.worker",
                        "--fd", str(theirs.fileno()), "--slots", str(slots),
                        "--counter-fd", str(counter_file.fileno())] + (["--once"] if once else [])
+            passed = [theirs.fileno(), counter_file.fileno()]
+            if lifeline is not None:
+                command += ["--lifeline-fd", str(lifeline)]
+                passed.append(lifeline)
+            if group is not None:
+                command += ["--agent-group", str(group)]
             env = {WORKER_INDEX_ENV: str(index)}
             if launch is not None:
                 command, extra = launch(command, index)
                 env.update(extra)
             self.process = subprocess.Popen(command, env={**os.environ, **env},
-                                            pass_fds=(theirs.fileno(), counter_file.fileno()))
+                                            pass_fds=passed)
         theirs.close()
-        self.sock = ours
-        self.send_lock = threading.Lock()
+        self.channel = protocol.Channel(ours)
         #: Assigned and unfinished, in assignment order: task id -> (sequence number, task).
         self.running: dict[int, tuple[int, Task]] = {}
         self.capacity = slots + prefetch
@@ -84,11 +98,6 @@ class WorkerProcess:
         self.retired = False
         self._on_messages, self._on_exit = on_messages, on_exit
         threading.Thread(target=self._read, daemon=True, name=f"worker-{self.process.pid}").start()
-
-    def send(self, message: object) -> None:
-        frames = protocol.encode(message)
-        with self.send_lock:
-            protocol.send(self.sock, frames)
 
     @property
     def taken(self) -> int:
@@ -119,17 +128,23 @@ class WorkerProcess:
     def _read(self) -> None:
         try:
             while True:
-                self._on_messages(self, protocol.unbatch(protocol.read_message(self.sock)))
+                self._on_messages(self, self.channel.receive())
         except (protocol.ConnectionClosed, OSError):
             pass
-        self.sock.close()
+        except protocol.ProtocolError as exc:
+            log.error("worker %s broke the protocol (%s); stopping it", self.process.pid, exc)
+            self.kill()
+        self.channel.close()
         self._on_exit(self)
 
 
 class Slots:
     """Admits tasks to worker processes: ``processes`` × ``per_process`` at a time."""
 
-    def __init__(self, processes: int, per_process: int, once: bool, node: int) -> None:
+    def __init__(self, processes: int, per_process: int, once: bool, node: int,
+                 group: int | None = None) -> None:
+        """``group``: the agent's process group, which its workers take down with them when
+        the agent dies (None: workers only stop themselves, e.g. in tests)."""
         self.per_process = per_process
         self.once = once
         self.node = node
@@ -143,14 +158,18 @@ class Slots:
         self.plugins: Any = None
         #: Why every task fails at once (a plugin's around_app failed), or None.
         self.failure: PluginError | None = None
+        self.group = group
+        # Never written: its end-of-file tells every worker that this process is gone. The
+        # write end is not inheritable, so only this process holds it.
+        self.lifeline, self._lifeline_write = os.pipe()
         self.workers = [self._spawn(index) for index in range(processes)]
 
     def _spawn(self, index: int) -> WorkerProcess:
         launch = self._launch if self.plugins is not None else None
         worker = WorkerProcess(self.once, self.per_process, self.prefetch, self._on_messages,
-                               self._on_exit, index, launch)
+                               self._on_exit, index, launch, self.lifeline, self.group)
         if self.configuration is not None:
-            worker.send(self.configuration)
+            worker.channel.send(self.configuration)
         return worker
 
     def _launch(self, argv: list[str], index: int) -> tuple[list[str], dict[str, str]]:
@@ -175,7 +194,7 @@ class Slots:
                     and self.failure is None and self._start_plugins(configuration)):
                 return  # the fresh workers were sent it as they started
             for worker in self.workers:
-                worker.send(configuration)
+                worker.channel.send(configuration)
 
     def _start_plugins(self, configuration: Configure) -> bool:
         """Load the plugins and enter their ``around_app``; True when the workers were
@@ -222,19 +241,25 @@ class Slots:
         """The client gave up on a task: drop it, and free its slot."""
         with self.lock:
             self.routes.pop(task_id, None)
-            self.queue = deque((t, r) for t, r in self.queue if t.task_id != task_id)
+            queued = [t for t, _ in self.queue if t.task_id == task_id]
+            if queued:
+                self.queue = deque((t, r) for t, r in self.queue if t.task_id != task_id)
+                log.info("task %d (%s) cancelled by the client before it started",
+                         task_id, queued[0].name)
             for worker in self.workers:
                 if task_id not in worker.running:
                     continue
                 started = worker.started(task_id)
-                del worker.running[task_id]
+                _, task = worker.running.pop(task_id)
+                log.info("task %d (%s) cancelled by the client %s on worker %d", task_id,
+                         task.name, "while running" if started else "while queued", worker.index)
                 if started:  # its result (or its crash) may still come, and is dropped
                     self.abandoned.add(task_id)
                 if started and self.per_process == 1:
                     worker.kill()  # a dedicated process: stopping it is safe and frees the slot
                 else:
                     try:
-                        worker.send(Cancel(task_id))  # skipped if queued; else its slot is freed
+                        worker.channel.send(Cancel(task_id))  # skipped if queued, else slot freed
                     except OSError:
                         pass
                 self._schedule()
@@ -255,7 +280,7 @@ class Slots:
             if not batch:
                 continue
             try:
-                worker.send(protocol.batched(batch))
+                worker.channel.send_many(batch)
             except OSError:
                 for task in reversed(batch):
                     del worker.running[task.task_id]
@@ -271,10 +296,15 @@ class Slots:
                 if isinstance(message, Output | Started):
                     route = self.routes.get(task_id)
                 else:
-                    worker.running.pop(task_id, None)
+                    entry = worker.running.pop(task_id, None)
                     route = self.routes.pop(task_id, None)
                     self.abandoned.discard(task_id)
                     finished = True
+                    if message.failure is not None:
+                        name = entry[1].name if entry is not None else "?"
+                        log.info("task %d (%s) failed on worker %d: %s: %s", task_id, name,
+                                 worker.index, message.failure.type_name,
+                                 message.failure.message)
                 if route is not None:
                     deliveries.append((route, message))
             if finished:
@@ -314,7 +344,8 @@ class Slots:
             if task.task_id in self.abandoned:
                 self.abandoned.discard(task.task_id)
                 continue
-            log.warning("worker %s died (%s) while running %s", worker.process.pid, how, task.name)
+            log.warning("task %d (%s) failed on worker %d: its process %s died (%s)",
+                        task.task_id, task.name, worker.index, worker.process.pid, how)
             error = WorkerCrashedError(
                 f"the worker process running {task.name} on node {self.node} died ({how}); "
                 "the node keeps serving other tasks"
@@ -331,6 +362,6 @@ def _deliver_all(deliveries: list[tuple[Route, Any]]) -> None:
         by_route.setdefault(id(route), (route, []))[1].append(message)
     for route, messages in by_route.values():
         try:
-            route.send(protocol.batched(messages))
+            route.send_many(messages)
         except OSError:
             log.info("client gone; dropped %d message(s)", len(messages))

@@ -13,10 +13,12 @@ batches, at most ``Outbox.MAX_DELAY`` late.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import io
 import mmap
 import os
 import select
+import signal
 import socket
 import struct
 import sys
@@ -28,9 +30,18 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TextIO
 
-from skyward_iac.api.runtime import InstanceInfo, bind_instance
+from skyward_iac.api.runtime import InstanceInfo, bind_instance, route_output
 from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Cancel, Configure, Failure, Output, Result, Started, Task
+from skyward_iac.remote.protocol import (
+    Cancel,
+    Channel,
+    Configure,
+    Failure,
+    Output,
+    Result,
+    Started,
+    Task,
+)
 
 #: The shared counter's layout: tasks taken from the queue so far (started or skipped).
 COUNTER = struct.Struct("Q")
@@ -43,17 +54,27 @@ current_task: ContextVar[int | None] = ContextVar("skyward_current_task", defaul
 
 
 def describe_failure(exc: BaseException) -> Failure:
-    """Capture an exception for the client: pickled when possible, always with its traceback."""
-    try:
-        dumped = protocol.dumps(exc)
-        protocol.loads(dumped)  # some exceptions pickle but cannot be rebuilt
-        pickled: bytes | None = dumped
-    except Exception:
-        pickled = None
+    """Capture an exception for the client: pickled when possible, always with its traceback.
+
+    A ``BaseException`` that is not an ``Exception`` (``SystemExit`` from ``sys.exit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``) ends only the task: it is never pickled, so the
+    client gets a ``RemoteError`` naming it instead of an exit of its own.
+    """
     kind = type(exc)
+    pickled: bytes | None = None
+    message = str(exc)
+    if isinstance(exc, Exception):
+        try:
+            dumped = protocol.dumps(exc)
+            protocol.loads(dumped)  # some exceptions pickle but cannot be rebuilt
+            pickled = dumped
+        except Exception:
+            pickled = None
+    else:
+        message = f"the task raised {exc!r}"
     return Failure(
         type_name=f"{kind.__module__}.{kind.__qualname__}",
-        message=str(exc),
+        message=message,
         traceback="".join(traceback.format_exception(exc)),
         exception=pickled,
     )
@@ -77,19 +98,6 @@ def run_task(task: Task) -> Result:
     except Exception as exc:
         wrapped = TypeError(f"the result of {task.name} cannot be pickled: {exc}")
         return Result(task.task_id, failure=describe_failure(wrapped), duration=duration)
-
-
-class Channel:
-    """The socket to the agent, shared by task threads."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.lock = threading.Lock()
-
-    def send(self, message: object) -> None:
-        frames = protocol.encode(message)
-        with self.lock:
-            protocol.send(self.sock, frames)
 
 
 class Outbox:
@@ -137,8 +145,7 @@ class Outbox:
         self.send_lock.acquire()
         self.cond.release()
         try:
-            if items:
-                self.channel.send(protocol.batched(items))
+            self.channel.send_many(items)
         finally:
             self.send_lock.release()
             self.cond.acquire()
@@ -242,9 +249,7 @@ class Runner:
         # the client both): a long task is reported started at most LAZY_DELAY after.
         started = Started(task.task_id)
         self.outbox.send(started, urgent=False, wake=False)
-        token = current_task.set(task.task_id)
-        result = run_task(task)
-        current_task.reset(token)
+        result = contextvars.copy_context().run(_run_as_current, task)
         for stream in self.streams:
             stream.flush_task(task.task_id)
         with self.cond:
@@ -259,6 +264,11 @@ class Runner:
         if self.once:
             os._exit(0)
         return retire
+
+
+def _run_as_current(task: Task) -> Result:
+    current_task.set(task.task_id)  # in the task's own context copy: no reset needed
+    return run_task(task)
 
 
 class TaskStream(io.TextIOBase):
@@ -316,18 +326,45 @@ def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
         process_plugins = start_in_process(pickled, instance)
 
 
+#: A worker's exit status when its agent died before it.
+ORPHANED = 70
+
+
+def watch_lifeline(fd: int, agent_group: int | None) -> None:
+    """Stop this process as soon as the agent is gone (end-of-file on the lifeline ``fd``),
+    taking the agent's process group (the other workers, the processes tasks started) with it
+    when this worker belongs to ``agent_group``."""
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 1):
+                pass  # the agent never writes; anything else than end-of-file is ignored
+        except OSError:
+            pass
+        if agent_group is not None and os.getpgrp() == agent_group:
+            os.killpg(agent_group, signal.SIGKILL)
+        os._exit(ORPHANED)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--slots", type=int, default=1, help="tasks running at once")
     parser.add_argument("--counter-fd", type=int, help="shared counter of tasks taken")
     parser.add_argument("--once", action="store_true", help="exit after one task")
+    parser.add_argument("--lifeline-fd", type=int, help="end-of-file here: the agent is gone")
+    parser.add_argument("--agent-group", type=int, help="the agent's process group")
     args = parser.parse_args(argv)
 
+    if args.lifeline_fd is not None:
+        watch_lifeline(args.lifeline_fd, args.agent_group)
     channel = Channel(socket.socket(fileno=args.fd))
     outbox = Outbox(channel)
     streams = [TaskStream("stdout", outbox, sys.stdout), TaskStream("stderr", outbox, sys.stderr)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
+    route_output()  # @sky.silent, @sky.stdout, redirect_output: per task, over the task streams
     counter = None
     if args.counter_fd is not None:
         counter = mmap.mmap(args.counter_fd, COUNTER.size)
@@ -335,11 +372,11 @@ def main(argv: list[str] | None = None) -> None:
 
     def receive() -> None:
         try:
-            frame: Any = protocol.read_message(channel.sock)
-        except (protocol.ConnectionClosed, OSError):
+            messages = channel.receive()
+        except (protocol.ConnectionClosed, OSError, protocol.ProtocolError):
             os._exit(0)  # the agent is gone
         tasks = []
-        for message in protocol.unbatch(frame):
+        for message in messages:
             if isinstance(message, Task):
                 tasks.append(message)
             elif isinstance(message, Cancel):
@@ -361,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             runner.add(tasks)
 
     def receive_pending() -> None:
-        while select.select([channel.sock], [], [], 0)[0]:
+        while select.select([channel.stream], [], [], 0)[0]:
             receive()
 
     while True:

@@ -3,52 +3,53 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.remote import protocol
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.protocol import Welcome
-
-TOKEN = "s3cret-token"
+from tests.agent_process import TOKEN, closed_without_greeting, running_agent
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    work = tmp_path_factory.mktemp("agent")
-    (work / "token").write_text(TOKEN)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "skyward_iac.remote.agent", "--token-file", str(work / "token"),
-         "--port-file", str(work / "port"), "--concurrency", "2", "--node", "3"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    port_file = Path(work / "port")
-    deadline = time.monotonic() + 20
-    while not port_file.exists():
-        assert time.monotonic() < deadline and process.poll() is None, "agent did not start"
-        time.sleep(0.05)
-    yield int(port_file.read_text())
-    process.terminate()
-    process.wait(10)
+    with running_agent(tmp_path_factory.mktemp("agent"), "--concurrency", "2",
+                       "--node", "3") as started:
+        yield started.port
 
 
 def test_wrong_token_is_disconnected_without_a_greeting(agent: int) -> None:
     with socket.create_connection(("127.0.0.1", agent)) as sock:
-        protocol.send(sock, protocol.encode_raw(b"not-the-token"))
-        sock.settimeout(5)
-        assert sock.recv(1) == b""
+        protocol.Channel(sock).send_raw(b"not-the-token")
+        assert closed_without_greeting(sock)
 
 
 def test_pickle_before_token_is_never_read(agent: int) -> None:
     with socket.create_connection(("127.0.0.1", agent)) as sock:
-        protocol.send(sock, protocol.encode(Welcome(0, 0, "x")))
-        sock.settimeout(5)
-        assert sock.recv(1) == b""
+        protocol.Channel(sock).send(Welcome(0, 0, "x", protocol.PROTOCOL_VERSION))
+        assert closed_without_greeting(sock)
+
+
+def test_the_welcome_names_the_protocol_version(agent: int) -> None:
+    client = AgentClient(socket.create_connection(("127.0.0.1", agent)), TOKEN, node=3)
+    try:
+        assert client.welcome.protocol == protocol.PROTOCOL_VERSION
+    finally:
+        client.close()
+
+
+def test_a_client_refuses_an_agent_of_another_protocol() -> None:
+    ours, theirs = socket.socketpair()
+    with theirs:
+        channel = protocol.Channel(theirs)
+        channel.send(Welcome(0, 1, "3.11", protocol.PROTOCOL_VERSION - 1))
+        with pytest.raises(NodeConnectionError, match="protocol 1, this client 2"):
+            AgentClient(ours, TOKEN, node=0)
+        assert channel.receive_raw() == TOKEN.encode()  # it sent the token, then gave up
 
 
 def test_valid_token_gets_welcome_and_runs_tasks(agent: int) -> None:

@@ -193,8 +193,9 @@ class _Agent(threading.Thread):
         self.sock = sock
 
     def run(self) -> None:
-        protocol.read_frame(self.sock)
-        protocol.send(self.sock, protocol.encode(Welcome(node=0, pid=1, python="3")))
+        protocol.read_token(self.sock)
+        protocol.send(self.sock, protocol.encode(Welcome(node=0, pid=1, python="3",
+                                                         protocol=protocol.PROTOCOL_VERSION)))
         try:
             while protocol.read_message(self.sock):
                 pass

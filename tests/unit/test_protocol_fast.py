@@ -108,9 +108,9 @@ def test_a_large_incompressible_payload_skips_lz4_and_a_compressible_one_uses_it
 def test_the_handshake_reader_refuses_a_frame_announcing_buffers() -> None:
     left, right = socket.socketpair()
     with left, right:
-        left.sendall(protocol.HEADER.pack(3, protocol.PICKLED | protocol.BUFFERS) + b"abc")
-        with pytest.raises(ValueError, match="out-of-band"):
-            protocol.read_frame(right)
+        left.sendall(protocol.HEADER.pack(3, protocol.RAW | protocol.BUFFERS) + b"abc")
+        with pytest.raises(protocol.ProtocolError, match="raw token"):
+            protocol.Channel(right).receive_raw()
 
 
 class RecordingStream:
@@ -143,9 +143,9 @@ class Inbox:
         self.results: dict[int, Result] = {}
         self.cond = threading.Condition()
 
-    def send(self, message: object) -> None:
+    def send_many(self, messages: list[object]) -> None:
         with self.cond:
-            for item in protocol.unbatch(message):
+            for item in messages:
                 if isinstance(item, Result):
                     self.results[item.task_id] = item
             self.cond.notify_all()

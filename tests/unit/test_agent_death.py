@@ -1,0 +1,84 @@
+"""A real agent process and its workers: what is left when the agent dies, what a task's exit does.
+
+A retried task must never run beside its first attempt, so when an agent dies (SIGKILL
+included) its workers and the processes their tasks started die with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skyward_iac.api.errors import RemoteError
+from skyward_iac.remote import protocol
+from skyward_iac.remote.agent_client import AgentClient
+from tests.agent_process import TOKEN, Agent, children, running, running_agent, wait_until
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Agent]:
+    with running_agent(tmp_path, "--executor", "process", "--concurrency", "2") as started:
+        yield started
+
+
+def spawn_sleeper(pid_file: str) -> int:
+    """A task that starts a child process (in the worker's group) and reports its pid."""
+    child = subprocess.Popen(["sleep", "300"])
+    Path(pid_file).write_text(str(child.pid))
+    return os.getpid()
+
+
+def exit_with(status: int) -> None:
+    raise SystemExit(status)
+
+
+def connect(agent: Agent) -> AgentClient:
+    return AgentClient(socket.create_connection(("127.0.0.1", agent.port)), TOKEN, node=0)
+
+
+def test_workers_and_their_children_die_with_a_killed_agent(agent: Agent, tmp_path: Path) -> None:
+    client = connect(agent)
+    pid_file = tmp_path / "sleeper.pid"
+    worker = client.submit("spawn", protocol.dumps((spawn_sleeper, (str(pid_file),), {})),
+                           timeout=30).result(30)
+    sleeper = int(pid_file.read_text())
+    assert worker in children(agent.pid) and running(sleeper)
+
+    os.kill(agent.pid, signal.SIGKILL)
+    assert wait_until(lambda: not running(worker) and not running(sleeper), timeout=5), (
+        f"worker {worker} or the task's child {sleeper} outlived the agent"
+    )
+    client.close()
+
+
+def test_sys_exit_in_a_task_is_the_tasks_error_not_the_clients(agent: Agent) -> None:
+    client = connect(agent)
+    try:
+        future = client.submit("exit", protocol.dumps((exit_with, (3,), {})), timeout=30)
+        with pytest.raises(RemoteError, match="SystemExit") as raised:
+            future.result(30)
+        assert not isinstance(raised.value, SystemExit)
+        assert "exit_with" in raised.value.remote_traceback
+        # The agent still serves: the next task runs.
+        assert client.submit("pow", protocol.dumps((pow, (2, 5), {})), timeout=30).result(30) == 32
+    finally:
+        client.close()
+
+
+def test_a_worker_killed_alone_does_not_take_the_agent_down(agent: Agent) -> None:
+    client = connect(agent)
+    try:
+        worker = client.submit("pid", protocol.dumps((os.getpid, (), {})), timeout=30).result(30)
+        os.kill(worker, signal.SIGKILL)
+        time.sleep(0.5)
+        assert running(agent.pid)
+        assert client.submit("pow", protocol.dumps((pow, (3, 2), {})), timeout=30).result(30) == 9
+    finally:
+        client.close()
