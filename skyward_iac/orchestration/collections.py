@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,7 @@ class ClientCollections:
                     local_port=port, remote_port=ETCD_CLIENT_PORT,
                     remote_host=head.address.private_address, local_host="127.0.0.1",
                 ))
+                _wait_listening(port, self._timeout)
                 self._backend = connect(BackendConfig(
                     endpoints=(f"127.0.0.1:{port}",), job_id=config.job_id,
                     ca_pem=config.ca_pem, cert_pem=config.cert_pem, key_pem=config.key_pem,
@@ -100,6 +102,19 @@ class ClientCollections:
         finally:
             self._stack.close()
             self._stack = contextlib.ExitStack()
+
+
+def _wait_listening(port: int, timeout: float) -> None:
+    """Wait until the tunnel listens on ``port``: Fabric binds it in a thread of its own, after
+    ``forward_local`` has returned, and a first call that comes too early is refused."""
+    deadline = time.monotonic() + min(timeout, 30.0)
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if time.monotonic() > deadline:
+            raise ConnectionError(f"the SSH tunnel to the head's etcd did not open port {port}")
+        time.sleep(0.02)
 
 
 def _free_local_port() -> int:
