@@ -1,11 +1,19 @@
 """Local processes: liveness, and finding and stopping everything of a Local node's sandbox.
 
+A Local node's processes are found two ways. Where the system has a writable cgroup v2
+hierarchy (root, or a delegated subtree), each node gets a cgroup of its own that its sshd is
+started in, so every process a session starts belongs to it, even one that double-forks with
+``setsid`` and leaves the sandbox; ``cgroup.kill`` stops them all at once. Everywhere, and for
+what runs outside the cgroup (the node's watchdog), processes are also found by their working
+directory, command line or environment (``SANDBOX_ENV``) and their descendants.
+
 Shared by the Local node provider, the node's TTL watchdog and the etcd launcher; no Pulumi
 here, because the watchdog runs on nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -68,8 +76,99 @@ def sandbox_processes(sandbox: Path) -> list[int]:
     return sorted(pid for pid in found if is_alive(pid))
 
 
+#: Where a sandbox records the cgroup its processes run in.
+CGROUP_FILE = "run/cgroup"
+
+
+def cgroup2_mount() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup`` or, on hybrid systems,
+    ``/sys/fs/cgroup/unified``), or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+def create_sandbox_cgroup(sandbox: Path) -> Path | None:
+    """A new cgroup for the processes of ``sandbox`` (recorded in it), or None when there is no
+    cgroup v2 hierarchy this user may write or it lacks ``cgroup.kill`` (Linux < 5.14)."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return None
+    digest = hashlib.sha256(str(sandbox).encode()).hexdigest()[:10]
+    group = mount / "skyward" / f"{sandbox.parent.name}.{sandbox.name}.{digest}"
+    try:
+        group.mkdir(parents=True, exist_ok=True)
+        if not (group / "cgroup.kill").exists() or not os.access(group / "cgroup.procs", os.W_OK):
+            group.rmdir()
+            return None
+    except OSError:
+        return None
+    (sandbox / CGROUP_FILE).write_text(str(group))
+    return group
+
+
+def sandbox_cgroup(sandbox: Path) -> Path | None:
+    """The cgroup a sandbox's processes run in, if it has one."""
+    try:
+        group = Path((sandbox / CGROUP_FILE).read_text().strip())
+    except OSError:
+        return None
+    return group if (group / "cgroup.procs").exists() else None
+
+
+def cgroup_populated(group: Path) -> bool:
+    """Whether any process runs in ``group`` (or a cgroup below it)."""
+    try:
+        return "populated 1" in (group / "cgroup.events").read_text()
+    except OSError:
+        return False
+
+
+def kill_cgroup(group: Path, wait: float = 5.0) -> bool:
+    """SIGKILL every process of ``group`` and remove it once empty; True when it is gone."""
+    try:
+        (group / "cgroup.kill").write_text("1")
+    except OSError:
+        return not group.exists()
+    deadline = time.monotonic() + wait
+    while cgroup_populated(group) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        group.rmdir()
+    except OSError:
+        return False
+    return True
+
+
+def sandbox_running(sandbox: Path) -> bool:
+    """Whether anything of the node still runs: its cgroup is populated or, without one, a
+    process other than its watchdog is found in it."""
+    group = sandbox_cgroup(sandbox)
+    if group is not None:
+        return cgroup_populated(group)
+    watchdog = _read_pid(sandbox / "run" / "watchdog.pid")
+    return any(pid != watchdog for pid in sandbox_processes(sandbox))
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def stop_sandbox(sandbox: Path, grace: float = 5.0) -> None:
-    """Stop every process of a sandbox (TERM, then KILL after ``grace``) and remove it."""
+    """Stop every process of a sandbox and remove it: its cgroup is killed at once, the
+    processes found by scanning get TERM, then KILL after ``grace``."""
+    group = sandbox_cgroup(sandbox)
+    if group is not None:
+        kill_cgroup(group)
     pids = sandbox_processes(sandbox)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:

@@ -18,10 +18,11 @@ from datetime import UTC, datetime, timedelta
 
 from skyward_iac.api.errors import StackBusyError
 from skyward_iac.infra import home
+from skyward_iac.infra.local_node import orphan_sandboxes
 from skyward_iac.infra.provider_host import reap_orphans
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import StackRecord, process_started
-from skyward_iac.processes import is_alive
+from skyward_iac.processes import is_alive, stop_sandbox
 
 log = logging.getLogger("skyward")
 
@@ -94,6 +95,11 @@ def collect(retention_days: float | None = 30, dry_run: bool = False,
                                                  "engine"))
         for line in repair_state(home.state_dir()):
             actions.append(Action("-", "repaired", line))
+        known = [record.name for record in list_records(only_live=False)]
+        for sandbox in orphan_sandboxes(home.local_nodes_dir(), known):
+            stop_sandbox(sandbox)
+            actions.append(Action(sandbox.parent.name, "reaped",
+                                  f"Local node sandbox {sandbox.name} had no stack"))
     for record in list_records(only_live=retention_days is None):
         if wanted is not None and record.name not in wanted:
             continue

@@ -1,5 +1,12 @@
 """The Local provider's one resource: a node made of a sandbox, a loopback address and an sshd.
 
+A node's life is its processes': its sshd starts in a cgroup of its own where the system allows
+(``processes.create_sandbox_cgroup``), so everything its sessions start is in it; it counts as
+alive while anything of it runs, and deleting it stops all of it. Its TTL watchdog starts with
+it (not at bootstrap), so a client killed during ``up`` still leaves nodes that stop by
+themselves: the heartbeat file is dated ahead by ``FIRST_CONTACT_GRACE`` seconds or the ttl,
+whichever is longer, the time the client has to reach the node and start beating.
+
 This module is referenced by pickled providers in existing stacks: do not move or rename
 ``LocalNodeProvider``.
 """
@@ -10,10 +17,13 @@ import errno
 import getpass
 import os
 import random
+import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +38,18 @@ from pulumi.dynamic import (
 )
 
 from skyward_iac.infra.keys import generate_keypair
-from skyward_iac.processes import SANDBOX_ENV, is_alive, stop_sandbox
+from skyward_iac.processes import (
+    SANDBOX_ENV,
+    create_sandbox_cgroup,
+    is_alive,
+    sandbox_running,
+    stop_sandbox,
+)
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
+#: At least this many seconds (and at least its ttl) a new node waits for its client's first
+#: heartbeat, on top of its ttl: the rest of the ``up`` and the first SSH connection.
+FIRST_CONTACT_GRACE = 30.0
 
 
 def sshd_binary() -> str:
@@ -125,8 +144,9 @@ class LocalNodeProvider(ResourceProvider):
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
         # sshd daemonizes itself (double fork, new session), so it outlives this provider process.
         started = subprocess.run(
-            [sshd_binary(), "-f", str(sandbox / "etc" / "sshd_config"),
-             "-E", str(sandbox / "log" / "sshd.log")],
+            _in_cgroup(create_sandbox_cgroup(sandbox),
+                       [sshd_binary(), "-f", str(sandbox / "etc" / "sshd_config"),
+                        "-E", str(sandbox / "log" / "sshd.log")]),
             capture_output=True, text=True, timeout=30,
         )
         if started.returncode != 0:
@@ -138,6 +158,8 @@ class LocalNodeProvider(ResourceProvider):
         except OSError as exc:
             stop_sandbox(sandbox)
             raise RuntimeError(f"sshd of {sandbox.name} never listened on {address}:{port}") from exc
+        if int(props.get("ttl") or 0) > 0:
+            _start_watchdog(sandbox, int(props["ttl"]))
         outs = {
             **props,
             "user": user,
@@ -151,10 +173,14 @@ class LocalNodeProvider(ResourceProvider):
         return CreateResult(id_=f"{props['stack']}/node-{int(props['index'])}", outs=outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        sandbox = Path(props.get("sandbox", ""))
-        pid = _read_pid(sandbox / "run" / "sshd.pid") if props.get("sandbox") else None
-        if pid is None or not is_alive(pid):
-            return ReadResult(id_=None, outs={})  # gone: a refresh drops it from the stack
+        if not props.get("sandbox"):
+            return ReadResult(id_=None, outs={})
+        sandbox = Path(props["sandbox"])
+        pid = _read_pid(sandbox / "run" / "sshd.pid")
+        if (pid is None or not is_alive(pid)) and not sandbox_running(sandbox):
+            return ReadResult(id_=None, outs={})  # nothing of it runs: a refresh drops it
+        # Alive while any of its processes is (its sshd may have died under its agent): kept in
+        # the stack, so that deleting or replacing it stops them.
         return ReadResult(id_=id_, outs=props)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
@@ -170,6 +196,41 @@ class LocalNodeProvider(ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         if props.get("sandbox"):
             stop_sandbox(Path(props["sandbox"]))
+
+
+def orphan_sandboxes(root: Path, stacks: Iterable[str]) -> list[Path]:
+    """Node sandboxes under ``root`` (``<root>/<stack>/node-N``) whose stack does not exist
+    any more: what a node dropped from a lost state left running."""
+    known = set(stacks)
+    if not root.is_dir():
+        return []
+    return sorted(node for stack in root.iterdir() if stack.is_dir() and stack.name not in known
+                  for node in stack.glob("node-*") if node.is_dir())
+
+
+def _in_cgroup(group: Path | None, command: list[str]) -> list[str]:
+    """``command`` run from inside ``group`` (a shell joins it, then execs the command)."""
+    if group is None:
+        return command
+    procs = shlex.quote(str(group / "cgroup.procs"))
+    return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *command]
+
+
+def _start_watchdog(sandbox: Path, ttl: int) -> None:
+    """Start the node's dead-man switch now, outside its cgroup (stopping the node must not
+    stop it first); the heartbeat is dated ahead by the first-contact grace."""
+    heartbeat = sandbox / "work" / "heartbeat"
+    heartbeat.touch()
+    ahead = time.time() + max(FIRST_CONTACT_GRACE, ttl)
+    os.utime(heartbeat, (ahead, ahead))
+    with open(sandbox / "log" / "watchdog.log", "ab") as log:
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "skyward_iac.remote.watchdog", "--heartbeat", str(heartbeat),
+             "--ttl", str(ttl), "--sandbox", str(sandbox)],
+            cwd=sandbox, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (sandbox / "run" / "watchdog.pid").write_text(str(watchdog.pid))
 
 
 def _write(path: Path, text: str, mode: int) -> None:
@@ -192,11 +253,11 @@ class LocalNode(Resource, module="skyward", name="LocalNode"):
 
     def __init__(
         self, name: str, *, stack: str, index: int, authorized_key: pulumi.Input[str],
-        sandbox_root: str, opts: pulumi.ResourceOptions | None = None,
+        sandbox_root: str, ttl: int = 0, opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
             "stack": stack, "index": index, "authorized_key": authorized_key,
-            "sandbox_root": sandbox_root, "user": getpass.getuser(),
+            "sandbox_root": sandbox_root, "user": getpass.getuser(), "ttl": ttl,
             "address": None, "port": None, "host_key": None, "workdir": None,
             "sandbox": None, "sshd_pid": None,
         }

@@ -10,7 +10,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
 import fabric
@@ -86,10 +85,7 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
-        ttl=spec.ttl,
         volumes=volumes or MountPlan(),
-        # A Local node's workdir is <sandbox>/work; its watchdog stops the whole sandbox.
-        sandbox=str(PurePosixPath(address.workdir).parent) if spec.provider.kind == "local" else None,
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
         preemption=spec.provider.kind if spec.provider.kind in ("aws", "gcp") else None,

@@ -86,11 +86,6 @@ class BootstrapPlan:
     executor: str = "thread"
     fresh_processes: bool = False
     etcd: EtcdServerPlan | None = None
-    #: Seconds without a client heartbeat before the node stops itself (0: never).
-    ttl: int = 0
-    #: A Local node's sandbox: its watchdog stops everything in it when the ttl runs out.
-    #: Cloud nodes get theirs from cloud-init instead (it powers the instance off).
-    sandbox: str | None = None
     #: Bucket volumes to mount before the agent starts (its tasks see them).
     volumes: MountPlan = field(default_factory=MountPlan)
     #: Extra named shell steps (plugins' bootstrap ops): ``(name, command)``, run in order after
@@ -174,7 +169,6 @@ def steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
         if default_pip else None,
         ("includes", _includes_lines(plan.includes)) if plan.includes else None,
         *((name, [command]) for name, command in plan.steps),
-        ("ttl watchdog", _watchdog_lines(plan)) if plan.ttl and plan.sandbox else None,
         ("etcd", _etcd_lines(plan.etcd)) if plan.etcd else None,
         ("volumes", list(plan.volumes.mount)) if plan.volumes.mount else None,
         ("shell vars", [line for name, command in plan.shell_vars.items()
@@ -308,16 +302,6 @@ def _agent_lines(plan: BootstrapPlan) -> list[str]:
         "done",
         '[ -s run/agent.port ] || { tail -20 log/agent.log; die "the agent did not start in 30s"; }',
         'echo "::agent-port $(cat run/agent.port)"',
-    ]
-
-
-def _watchdog_lines(plan: BootstrapPlan) -> list[str]:
-    return [
-        '[ -s run/watchdog.pid ] && kill -0 "$(cat run/watchdog.pid)" 2>/dev/null || {',
-        '  setsid "$W/venv/bin/python" -m skyward_iac.remote.watchdog --heartbeat "$W/heartbeat" '
-        f'--ttl {plan.ttl} --sandbox {shlex.quote(plan.sandbox or "")} > log/watchdog.log 2>&1 < /dev/null &',
-        '  echo $! > run/watchdog.pid',
-        "}",
     ]
 
 

@@ -182,7 +182,7 @@ def test_bootstrap_steps_are_reported_as_they_run(
     assert started == [
         "apt packages", "python environment", "node packages", "skyward",
         f"packages from {private_index.removeprefix('http://')}", "image packages", "includes",
-        "ttl watchdog", "etcd", "shell vars", "agent",
+        "etcd", "shell vars", "agent",
     ]
     completed = [e for e in phases if e.status == "completed"]
     assert [e.phase for e in completed] == started
