@@ -35,13 +35,13 @@ class Dispatcher(Protocol):
 active_pool: ContextVar[Dispatcher | None] = ContextVar("skyward_active_pool", default=None)
 
 
-def resolve_target(target: object) -> Dispatcher:
+def resolve_target(target: object, operator: str = ">>") -> Dispatcher:
     """The pool an operator's right-hand side names: a pool, or ``sky`` inside ``with``."""
     if isinstance(target, types.ModuleType):
         pool = active_pool.get()
         if pool is None:
             raise NoActivePoolError(
-                f"`>> {target.__name__}` needs an active pool: use it inside "
+                f"`{operator} {target.__name__}` needs an active pool: use it inside "
                 "`with sky.Compute(...) as pool:` or dispatch to the pool object itself"
             )
         return pool
@@ -76,10 +76,10 @@ class PendingFunction(Generic[T]):
         return resolve_target(target).run(self)
 
     def __matmul__(self, target: object) -> list[T]:
-        return resolve_target(target).broadcast(self)
+        return resolve_target(target, "@").broadcast(self)
 
     def __gt__(self, target: object) -> Future[T]:
-        return resolve_target(target).run_async(self)
+        return resolve_target(target, ">").run_async(self)
 
     def __and__(self, other: PendingFunction[U]) -> PendingFunctionGroup[T, U]:
         return PendingFunctionGroup((self, _pending(other)))

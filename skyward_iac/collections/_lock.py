@@ -15,6 +15,11 @@ from skyward_iac.collections.base import Collection, async_twin
 from skyward_iac.collections.session import LeaseSession
 from skyward_iac.collections.store import Store
 
+#: The claims this process holds, by (lock prefix, thread): a lock acquired through one proxy
+#: can be released through another in the same task (``sky.lock("x")`` twice).
+_claims: dict[tuple[str, int], str] = {}
+_claims_lock = threading.Lock()
+
 
 class Lock(Collection):
     """A mutex: ``acquire()``, ``release()``, ``with lock:`` (and ``async with``).
@@ -60,6 +65,8 @@ class Lock(Collection):
                 if not ahead:
                     with self._mutex:
                         self._held = key
+                    with _claims_lock:
+                        _claims[(self._store.prefix, threading.get_ident())] = key
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -76,12 +83,19 @@ class Lock(Collection):
             raise
 
     def release(self) -> None:
-        """Releases the lock; RuntimeError if this proxy does not hold it."""
+        """Releases the lock held through this proxy, or through another proxy of the same lock
+        in this thread; RuntimeError if neither holds it."""
         # Take the key before deleting it: the next holder may set _held right after.
         with self._mutex:
             key, self._held = self._held, None
+        with _claims_lock:
+            if key is None:
+                key = _claims.pop((self._store.prefix, threading.get_ident()), None)
+            else:
+                for claim in [c for c, held in _claims.items() if held == key]:
+                    del _claims[claim]
         if key is None:
-            raise RuntimeError(f"lock {self.name!r} released but not held by this proxy")
+            raise RuntimeError(f"lock {self.name!r} released but not held by this task")
         self._store.client.delete(key)
 
     def __enter__(self) -> Lock:

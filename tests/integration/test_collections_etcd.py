@@ -462,6 +462,15 @@ def test_lock_times_out_and_is_released_when_its_holder_is_killed(etcd: Etcd) ->
     assert 0.5 < waited < 10  # freed by the lease expiring, not by anyone releasing it
 
 
+def test_a_lock_acquired_through_one_proxy_is_released_through_another(backend: Backend) -> None:
+    backend.lock("handoff", timeout=5).acquire()
+    backend.lock("handoff", timeout=5).release()  # another proxy, same thread: its holder
+    with pytest.raises(RuntimeError, match="not held"):
+        backend.lock("handoff", timeout=5).release()
+    assert backend.lock("handoff", timeout=1).acquire()  # it was really released
+    backend.lock("handoff").release()
+
+
 # -- queue -----------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,14 @@ def test_dispatch_to_sky_outside_a_pool_explains_itself() -> None:
     # A fresh context: a pool shared by other tests in this session must not leak in.
     with pytest.raises(sky.NoActivePoolError, match="inside `with sky.Compute"):
         contextvars.Context().run(lambda: add(1) >> sky)
+
+
+@pytest.mark.parametrize("dispatch, operator", [
+    (lambda: add(1) >> sky, ">>"), (lambda: add(1) @ sky, "@"), (lambda: add(1) > sky, ">"),
+])
+def test_the_error_names_the_operator_used(dispatch: Any, operator: str) -> None:
+    with pytest.raises(sky.NoActivePoolError, match=f"^`{operator} skyward_iac`"):
+        contextvars.Context().run(dispatch)
 
 
 def test_dispatch_to_something_else_is_a_type_error() -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
 import skyward_iac as sky
 from skyward_iac.api import runtime
+from skyward_iac.api.runtime import redirect_output
 
 
 def info(node: int, total: int) -> sky.InstanceInfo:
@@ -89,3 +93,34 @@ def test_redirect_output_routes_both_streams() -> None:
 
 def test_time_helpers() -> None:
     assert (sky.time.minutes(2), sky.time.hours(1), sky.time.days(0.5)) == (120, 3600, 43200)
+
+
+def test_silencing_one_task_never_mutes_the_task_beside_it() -> None:
+    """Two tasks at once in one process (Worker(concurrency=2)): one silent, one whose output
+    is collected; every line of the second arrives and none of the first."""
+    collected: list[str] = []
+    stop = threading.Event()
+
+    @sky.silent
+    def noisy() -> None:
+        while not stop.is_set():
+            print("from the silent task")
+            time.sleep(0.001)
+
+    def talker() -> None:
+        with redirect_output(collected.append):
+            for i in range(40):
+                print(f"line {i}")
+                time.sleep(0.002)
+
+    silent_thread = threading.Thread(target=noisy)
+    silent_thread.start()
+    try:
+        talking = threading.Thread(target=talker)
+        talking.start()
+        talking.join(30)
+    finally:
+        stop.set()
+        silent_thread.join(30)
+    lines = "".join(collected).splitlines()
+    assert lines == [f"line {i}" for i in range(40)]
