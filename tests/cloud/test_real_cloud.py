@@ -16,8 +16,8 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.api.errors import EngineNotFoundError
 from skyward_iac.infra import home
-from skyward_iac.infra.stack import ClusterStack
 from skyward_iac.infra.provider_plugins import plugin_version, require_plugin
+from skyward_iac.infra.stack import ClusterStack
 
 pytestmark = pytest.mark.cloud
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.outputs import NodeAddress
 from skyward_iac.orchestration.node import plan_for
+from skyward_iac.outputs import NodeAddress
 from skyward_iac.remote.bootstrap import (
     BootstrapPlan,
     can_ship_uv,
