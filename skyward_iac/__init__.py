@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from skyward_iac import plugins
-from skyward_iac.api import accelerators, time
+from skyward_iac.api import accelerators, metrics, time
 from skyward_iac.api import storage_presets as storage
 from skyward_iac.api.errors import (
     BootstrapError,
@@ -42,6 +42,7 @@ from skyward_iac.api.function import (
     gather,
 )
 from skyward_iac.api.health import HealthChecker
+from skyward_iac.api.log_config import LogConfig
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.runtime import (
     AcceleratorInfo,
@@ -61,8 +62,6 @@ from skyward_iac.api.sampler import DistributedSampler
 from skyward_iac.api.spec import Image, Nodes, Options, PipIndex, Spec, Worker
 from skyward_iac.api.storage import Storage
 from skyward_iac.api.volumes import Volume
-from skyward_iac.observability import metrics
-from skyward_iac.observability.logging import LogConfig
 
 if TYPE_CHECKING:
     from skyward_iac.collections.context import barrier, counter, dict, lock, queue, set

@@ -12,15 +12,16 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from skyward_iac.api import metrics as metrics_module
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.health import HealthChecker
+from skyward_iac.api.includes import check_includes
+from skyward_iac.api.log_config import LogConfig
+from skyward_iac.api.metrics import MetricSpec
+from skyward_iac.api.plugin import check_plugins
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.volumes import Volume, check_volumes
-from skyward_iac.observability import metrics as metrics_module
-from skyward_iac.observability.logging import LogConfig
-from skyward_iac.observability.metrics import MetricSpec
-from skyward_iac.remote.includes import check_includes
 
 AllocationStrategy = Literal["spot-if-available", "spot", "on-demand", "cheapest"]
 Architecture = Literal["x86_64", "arm64"]
@@ -249,8 +250,6 @@ class Spec(_Frozen):
     @field_validator("plugins", mode="before")
     @classmethod
     def _plugins(cls, value: Any) -> Any:
-        from skyward_iac.plugins._client import check_plugins
-
         return check_plugins(value)
 
     @field_validator("provider", mode="before")

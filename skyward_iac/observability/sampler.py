@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from skyward_iac.observability.metrics import (
+from skyward_iac.api.metrics import (
     CPU,
     GPU,
     Custom,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError, ProvisionError, StackBusyError
+from skyward_iac.api.plugin import Cluster
 from skyward_iac.infra import gc
 from skyward_iac.infra.cloud_credentials import require_credentials
 from skyward_iac.infra.provider_plugins import require_plugin
@@ -50,7 +51,6 @@ from skyward_iac.orchestration.pool import Pool
 from skyward_iac.orchestration.reconciler import Reconciler
 from skyward_iac.orchestration.teardown import Teardown
 from skyward_iac.plugins import _client as plugins
-from skyward_iac.plugins._plugin import Cluster
 from skyward_iac.remote.agent_client import fail
 
 log = logging.getLogger("skyward")

@@ -7,11 +7,11 @@ below are plugins too.
 
 from __future__ import annotations
 
+from skyward_iac.api.plugin import Cluster, LaunchCommand, LaunchContext, Plugin
 from skyward_iac.plugins._accelerate import accelerate
 from skyward_iac.plugins._gpu import cuml, mig, mps
 from skyward_iac.plugins._jax import jax, keras
 from skyward_iac.plugins._joblib import joblib, sklearn
-from skyward_iac.plugins._plugin import Cluster, LaunchCommand, LaunchContext, Plugin
 from skyward_iac.plugins._torch import torch
 
 __all__ = [

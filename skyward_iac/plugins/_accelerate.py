@@ -14,8 +14,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from skyward_iac.api.plugin import LaunchCommand, LaunchContext, Plugin
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.plugins._plugin import LaunchCommand, LaunchContext, Plugin
 from skyward_iac.plugins._support import rendezvous_port, requirement, with_packages
 
 #: ``distributed_type`` of an Accelerate config -> the ``accelerate launch`` flag it means.

@@ -6,32 +6,15 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.plugins._plugin import Cluster, Plugin, blame
+from skyward_iac.api.plugin import Cluster, Plugin, blame
 from skyward_iac.remote import protocol
 
 if TYPE_CHECKING:
     from skyward_iac.api.spec import Spec, Worker
     from skyward_iac.orchestration.pool import Pool
-
-
-def check_plugins(value: Any) -> tuple[Plugin, ...]:
-    """``Spec.plugins`` as a tuple of ``Plugin``; anything else is refused with its position."""
-    if isinstance(value, Plugin):
-        value = (value,)
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"plugins must be a list or tuple of sky.plugins.Plugin, got "
-                         f"{type(value).__name__}")
-    for position, plugin in enumerate(value):
-        if not isinstance(plugin, Plugin):
-            hint = " (call it: sky.plugins.torch())" if callable(plugin) else ""
-            raise ValueError(f"plugins[{position}] is {plugin!r}, not a sky.plugins.Plugin{hint}")
-    names = [p.name for p in value]
-    if len(set(names)) != len(names):
-        raise ValueError(f"plugins must have distinct names, got {names}")
-    return tuple(value)
 
 
 def transformed_spec(spec: Spec, name: str, nodes: int) -> Spec:

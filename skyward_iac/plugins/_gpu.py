@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from skyward_iac.api.plugin import Cluster, Plugin
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.plugins._plugin import Cluster, Plugin
 from skyward_iac.plugins._support import environment, requirement, with_packages
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
+from skyward_iac.api.plugin import Cluster, Plugin
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.plugins._plugin import Cluster, Plugin
 from skyward_iac.plugins._support import (
     environment,
     refreshing_environment,

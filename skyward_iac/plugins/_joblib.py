@@ -13,7 +13,7 @@ import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from skyward_iac.plugins._plugin import Cluster, Plugin
+from skyward_iac.api.plugin import Cluster, Plugin
 from skyward_iac.plugins._support import client_version, with_packages
 
 if TYPE_CHECKING:

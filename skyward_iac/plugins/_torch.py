@@ -6,8 +6,8 @@ import functools
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
+from skyward_iac.api.plugin import Cluster, Plugin
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.plugins._plugin import Cluster, Plugin
 from skyward_iac.plugins._support import (
     environment,
     refreshing_environment,

@@ -28,7 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
-from skyward_iac.observability import metrics
+from skyward_iac.api import metrics
 from skyward_iac.observability.sampler import MetricSample, MetricsSampler
 from skyward_iac.remote import protocol
 from skyward_iac.remote.preemption import PreemptionWatcher

@@ -25,9 +25,9 @@ from typing import Any, Literal
 import fabric
 from invoke.exceptions import CommandTimedOut
 
+from skyward_iac.api import metrics
 from skyward_iac.api.errors import BootstrapError
-from skyward_iac.observability import metrics
-from skyward_iac.observability.metrics import MetricSpec
+from skyward_iac.api.metrics import MetricSpec
 from skyward_iac.remote.bootstrap_progress import StepUpdate, StepWatcher, redact
 from skyward_iac.remote.includes import IncludesArchive
 from skyward_iac.remote.volumes import MountPlan

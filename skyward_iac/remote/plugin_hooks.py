@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skyward_iac.api.errors import PluginError
+from skyward_iac.api.plugin import LaunchCommand, LaunchContext, Plugin, blame
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.plugins._plugin import LaunchCommand, LaunchContext, Plugin, blame
 from skyward_iac.remote import protocol
 
 

@@ -173,7 +173,7 @@ class Slots:
         return worker
 
     def _launch(self, argv: list[str], index: int) -> tuple[list[str], dict[str, str]]:
-        from skyward_iac.plugins._plugin import LaunchCommand, LaunchContext
+        from skyward_iac.api.plugin import LaunchCommand, LaunchContext
 
         # Only set once a Configure brought plugins, so the configuration is known.
         configuration = cast(Configure, self.configuration)

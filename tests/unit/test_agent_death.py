@@ -19,7 +19,7 @@ import pytest
 from skyward_iac.api.errors import RemoteError
 from skyward_iac.remote import protocol
 from skyward_iac.remote.agent_client import AgentClient
-from tests.agent_process import TOKEN, Agent, children, running, running_agent, wait_until
+from tests.agent_process import TOKEN, Agent, running, running_agent, wait_until
 
 
 @pytest.fixture
@@ -39,6 +39,10 @@ def exit_with(status: int) -> None:
     raise SystemExit(status)
 
 
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def connect(agent: Agent) -> AgentClient:
     return AgentClient(socket.create_connection(("127.0.0.1", agent.port)), TOKEN, node=0)
 
@@ -49,7 +53,7 @@ def test_workers_and_their_children_die_with_a_killed_agent(agent: Agent, tmp_pa
     worker = client.submit("spawn", protocol.dumps((spawn_sleeper, (str(pid_file),), {})),
                            timeout=30).result(30)
     sleeper = int(pid_file.read_text())
-    assert worker in children(agent.pid) and running(sleeper)
+    assert parent_of(worker) == agent.pid and running(sleeper)
 
     os.kill(agent.pid, signal.SIGKILL)
     assert wait_until(lambda: not running(worker) and not running(sleeper), timeout=5), (

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.remote.includes import build_archive, check_includes, is_excluded
+from skyward_iac.api.includes import check_includes
+from skyward_iac.remote.includes import build_archive, is_excluded
 
 
 @pytest.fixture

@@ -12,14 +12,8 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.observability.logging import (
-    ConfiguredLogging,
-    LogConfig,
-    Rotation,
-    configure_logging,
-    parse_rotation,
-    redact,
-)
+from skyward_iac.api.log_config import LogConfig, Rotation, parse_rotation
+from skyward_iac.observability.logging import ConfiguredLogging, configure_logging, redact
 
 log = logging.getLogger("skyward.test")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from skyward_iac.api import metrics as m
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.observability import metrics as m
 from skyward_iac.observability import sampler as node
 
 

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 import skyward_iac as sky
+from skyward_iac.api.plugin import check_plugins
 from skyward_iac.plugins import Cluster, LaunchCommand, LaunchContext, Plugin
 from skyward_iac.plugins._accelerate import launch_flags
 from skyward_iac.plugins._client import (
     bootstrap_steps,
-    check_plugins,
     check_workers,
     transformed_spec,
 )

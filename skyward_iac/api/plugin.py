@@ -175,3 +175,20 @@ def blame(plugin: Plugin, hook: str) -> Iterator[None]:
         raise PluginError(
             f"plugin {plugin.name!r} failed in its {hook} hook: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def check_plugins(value: Any) -> tuple[Plugin, ...]:
+    """``Spec.plugins`` as a tuple of ``Plugin``; anything else is refused with its position."""
+    if isinstance(value, Plugin):
+        value = (value,)
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"plugins must be a list or tuple of sky.plugins.Plugin, got "
+                         f"{type(value).__name__}")
+    for position, plugin in enumerate(value):
+        if not isinstance(plugin, Plugin):
+            hint = " (call it: sky.plugins.torch())" if callable(plugin) else ""
+            raise ValueError(f"plugins[{position}] is {plugin!r}, not a sky.plugins.Plugin{hint}")
+    names = [p.name for p in value]
+    if len(set(names)) != len(names):
+        raise ValueError(f"plugins must have distinct names, got {names}")
+    return tuple(value)
