@@ -292,6 +292,16 @@ class Spec(_Frozen):
         check_volumes(self.volumes, self.provider.kind)
         return self
 
+    @model_validator(mode="after")
+    def _local_has_no_accelerator(self) -> Spec:
+        if self.provider.kind == "local" and self.accelerator is not None:
+            raise ValueError(
+                f"Local nodes have no accelerator: they are processes on this machine, so "
+                f"accelerator={self.accelerator.name} cannot be honoured; drop it for Local, or "
+                "use sky.AWS()/sky.GCP() (a list of Specs falls back from one to the next)"
+            )
+        return self
+
     @field_validator("ttl", mode="before")
     @classmethod
     def _ttl(cls, value: Any) -> Any:

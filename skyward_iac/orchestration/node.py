@@ -198,6 +198,8 @@ class Node:
     def configure(self, instance: InstanceInfo, collections: Any = None) -> None:
         """(Re)tell the agent its place in the pool, e.g. after a peer was replaced."""
         computed = {"global_worker_index", "total_workers", "is_head", "hostname"}
+        if "network" not in instance.model_fields_set:
+            computed.add("network")  # the node tells its own (remote/node_facts.py)
         self.agent.configure(instance.model_dump(exclude=computed), collections, self.plugins)
 
     def fence(self, timeout: float = 10.0) -> bool:

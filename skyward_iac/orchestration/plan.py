@@ -17,10 +17,11 @@ from typing import Any
 
 from skyward_iac import config_file
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.runtime import InstanceInfo, PeerInfo
+from skyward_iac.api.runtime import AcceleratorInfo, InstanceInfo, PeerInfo
 from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
 from skyward_iac.api.volumes import volume_keys
 from skyward_iac.infra import offers
+from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import new_stack_name
 from skyward_iac.orchestration import warm
@@ -160,12 +161,14 @@ class PoolPlan:
                  for n in outputs.nodes]
         per_node = self.spec.accelerator.count if self.spec.accelerator else 0
         head = outputs.node(0).private_address if outputs.nodes else ""
+        accelerator = accelerator_info(None if self.provider == "local" else self.choice.offer)
         return {
             node.index: InstanceInfo(
                 node=node.index, total_nodes=len(outputs.nodes), head_addr=head,
                 head_port=HEAD_PORT, job_id=self.run_id, peers=peers,
                 accelerators=per_node, total_accelerators=per_node * len(outputs.nodes),
                 workers_per_node=plugins.workers_per_node(self.spec.plugins),
+                accelerator=accelerator,
             )
             for node in outputs.nodes
         }
@@ -210,3 +213,13 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
 def _includes(spec: Spec) -> IncludesArchive | None:
     image = spec.image
     return build_archive(image.includes, image.excludes) if image.includes else None
+
+
+def accelerator_info(offer: Offer | None) -> AcceleratorInfo | None:
+    """What ``sky.instance_info().accelerator`` says about a node of ``offer``: the offer's
+    accelerator, count and memory; None without one (and on Local, which has none)."""
+    if offer is None or not offer.accelerator or not offer.accelerator_count:
+        return None
+    return AcceleratorInfo(type=offer.accelerator, count=offer.accelerator_count,
+                           memory_gb=offer.accelerator_memory_gb,
+                           is_trainium=offer.accelerator.lower().startswith("trainium"))

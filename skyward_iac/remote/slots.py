@@ -21,6 +21,7 @@ and reader threads that end long before the agent does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import mmap
 import os
@@ -37,6 +38,7 @@ from typing import Any, Protocol, cast
 from skyward_iac.api.errors import PluginError, WorkerCrashedError
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.remote import protocol
+from skyward_iac.remote.node_facts import network_facts
 from skyward_iac.remote.protocol import Cancel, Configure, Output, Result, Started, Task
 from skyward_iac.remote.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
 
@@ -188,6 +190,11 @@ class Slots:
         workers started before it are replaced, so they start with its environment and
         the plugins' launchers (no task has reached them yet).
         """
+        instance = configuration.instance
+        if "network" not in instance:  # what only the node can tell (remote/node_facts.py)
+            network = network_facts(str(instance.get("head_addr", "")))
+            configuration = dataclasses.replace(configuration, instance={**instance,
+                                                                         "network": network})
         with self.lock:
             self.configuration = configuration
             if (configuration.plugins is not None and self.plugins is None

@@ -127,6 +127,9 @@ def test_instance_info_inside_tasks(pool: sky.Pool) -> None:
         assert info["is_head"] is (node == 0) and info["is_head_fn"] is (node == 0)
         assert info["global_worker_index"] == node and info["total_workers"] == 2
         assert info["hostname"]
+        # Told by the node itself: Local nodes talk over loopback; Local has no accelerator.
+        assert info["network"] == {"interface": "lo", "bandwidth_gbps": None}
+        assert info["accelerator"] is None
 
 
 @sky.function
