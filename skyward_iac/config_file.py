@@ -126,20 +126,32 @@ def load_pool(name: str, *, cwd: Path | None = None) -> Spec:
     settings = pool_settings(name, cwd=cwd)
     allowed = list(Spec.model_fields)
     fields: dict[str, Any] = {}
+    problems: list[str] = []  # every problem of the pool, reported at once
     for key, setting in settings.items():
         where = f"{setting.file}: pools.{name}.{key}"
         if key not in allowed:
             hint = _close(key, allowed)
-            raise ConfigError(f"{where}: unknown key{hint}; allowed: {', '.join(allowed)}")
-        fields[key] = _convert(key, setting.value, where)
-    if "provider" not in fields:
+            problems.append(f"{where}: unknown key{hint}; allowed: {', '.join(allowed)}")
+            continue
+        try:
+            fields[key] = _convert(key, setting.value, where)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if "provider" not in settings:
         files = sorted({str(s.file) for s in settings.values()}) or ["(no file)"]
-        raise ConfigError(f"{', '.join(files)}: pools.{name}.provider is missing; allowed: "
-                          f"{', '.join(repr(k) for k in PROVIDERS)} or a table with kind = ...")
+        problems.append(f"{', '.join(files)}: pools.{name}.provider is missing; allowed: "
+                        f"{', '.join(repr(k) for k in PROVIDERS)} or a table with kind = ...")
     try:
-        return Spec(**fields)
+        # Without a usable provider, the other fields are still checked (against Local).
+        spec = Spec.model_validate({"provider": Local(), **fields})
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, name, settings)) from None
+        stand_in = "provider" not in fields  # whole-Spec rules would judge Local, not the pool's
+        problems.extend(line for error, line in zip(exc.errors(), _describe(exc, name, settings)
+                                                     .splitlines(), strict=True)
+                        if error["loc"] or not stand_in)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return spec
 
 
 def _convert(key: str, value: Any, where: str) -> Any:
@@ -177,7 +189,7 @@ def _provider(value: Any, where: str) -> Local | AWS | GCP:
             raise ConfigError(f"{where}.{option}: unknown option for provider {kind!r}"
                               f"{_close(option, known)}; allowed: {listed}")
     try:
-        return cls(**options)
+        return cls.model_validate(options)
     except ValidationError as exc:
         raise ConfigError(f"{where}: {_problems(exc)}") from None
 
@@ -213,6 +225,8 @@ def _accelerator(value: Any, where: str) -> Accelerator:
     try:
         return factory(**options)  # type: ignore[no-any-return]
     except ConfigError as exc:
+        if (validation := getattr(exc, "validation", None)) is not None:
+            raise ConfigError(f"{where}: {_problems(validation)}") from None
         raise ConfigError(f"{where}: {exc}") from None
     except ValidationError as exc:
         raise ConfigError(f"{where}: {_problems(exc)}") from None

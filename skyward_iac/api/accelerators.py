@@ -14,17 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.model import UserModel
 
 Vendor = Literal["nvidia", "amd", "aws", "google", "intel", "other"]
 
 
-class Accelerator(BaseModel):
+class Accelerator(UserModel):
     """One kind of accelerator and how many of it each node needs."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    positional = ("name",)
 
     name: str
     count: float = Field(default=1, gt=0)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from skyward_iac.api.model import UserModel
 
 
-class HealthChecker(BaseModel):
+class HealthChecker(UserModel):
     """Run ``check()`` on every node every ``interval`` seconds (``Options(health_checker=...)``).
 
     A check passes when it returns a truthy value within ``timeout`` seconds; it fails when it
@@ -19,7 +21,7 @@ class HealthChecker(BaseModel):
     queue behind them).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    positional = ("check",)
 
     check: Callable[[], Any]
     interval: float = Field(default=30.0, gt=0)

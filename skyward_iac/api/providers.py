@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from skyward_iac.api.model import UserModel
 
 
-class _ProviderConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _ProviderConfig(UserModel):
+    pass
 
 
 class Local(_ProviderConfig):

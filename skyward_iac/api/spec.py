@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from skyward_iac.api import metrics as metrics_module
 from skyward_iac.api.accelerators import Accelerator
@@ -19,6 +19,7 @@ from skyward_iac.api.health import HealthChecker
 from skyward_iac.api.includes import check_includes
 from skyward_iac.api.log_config import LogConfig
 from skyward_iac.api.metrics import MetricSpec
+from skyward_iac.api.model import UserModel, describe_validation_error
 from skyward_iac.api.plugin import check_plugins
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.volumes import Volume, check_volumes
@@ -28,16 +29,26 @@ Architecture = Literal["x86_64", "arm64"]
 SelectionStrategy = Literal["cheapest", "first"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+class _Frozen(UserModel):
+    pass
+
+
+#: The most nodes one pool may have (a guard against typos such as ``nodes=10**6``).
+MAX_NODES = 1000
+#: The longest and shortest ttl: a heartbeat every ttl/3 must be feasible, and a node that
+#: outlives its client by more than 30 days is a forgotten one.
+MAX_TTL = 30 * 24 * 3600
+MIN_TTL = 3
 
 
 class Nodes(_Frozen):
     """How many nodes: ``desired`` now; ``min``/``max`` for partial readiness and elasticity."""
 
-    desired: int = Field(ge=1)
-    min: int | None = Field(default=None, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    positional = ("desired", "max", "min")  # the reference's field order
+
+    desired: int = Field(ge=1, le=MAX_NODES)
+    min: int | None = Field(default=None, ge=1, le=MAX_NODES)
+    max: int | None = Field(default=None, ge=1, le=MAX_NODES)
 
     @model_validator(mode="after")
     def _ordered(self) -> Nodes:
@@ -173,6 +184,7 @@ class Worker(_Frozen):
     scales across cores) and ``reuse_processes=False`` a fresh process per task.
     """
 
+    positional = ("concurrency", "buffer", "executor", "reuse_processes")
     concurrency: int = Field(default=1, ge=1)
     buffer: int = Field(default=0, ge=0)
     executor: Literal["auto", "thread", "process"] = "auto"
@@ -229,6 +241,9 @@ class Options(_Frozen):
 
 class Spec(_Frozen):
     """A request for nodes: provider, hardware, count, environment and lifetime."""
+
+    positional = ("provider", "accelerator", "nodes", "vcpus", "memory_gb", "disk_gb",
+                  "architecture", "allocation", "image", "region", "max_hourly_cost", "ttl")
 
     provider: Local | AWS | GCP
     accelerator: Accelerator | None = None
@@ -305,8 +320,16 @@ class Spec(_Frozen):
     @field_validator("ttl", mode="before")
     @classmethod
     def _ttl(cls, value: Any) -> Any:
-        if isinstance(value, (int, float)) and value < 0:
-            raise ValueError(f"ttl must be >= 0 seconds (0 disables the dead-man switch), got {value}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value < 0:
+                raise ValueError(f"ttl must be >= 0 seconds (0 disables the dead-man switch), "
+                                 f"got {value}")
+            if 0 < value < MIN_TTL:
+                raise ValueError(f"ttl must be at least {MIN_TTL} seconds (the client beats every "
+                                 f"ttl/3 seconds) or 0 to disable it, got {value}")
+            if value > MAX_TTL:
+                raise ValueError(f"ttl must be at most {MAX_TTL} seconds (30 days), got {value}; "
+                                 "use 0 to disable the dead-man switch")
         return value
 
 
@@ -319,13 +342,3 @@ def validated(model: type[M], /, **fields: Any) -> M:
         return model(**fields)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(model.__name__, exc)) from None
-
-
-def describe_validation_error(what: str, exc: ValidationError) -> str:
-    """Render a pydantic error as ``Invalid Spec: nodes: must be at least 1`` lines."""
-    lines = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or what
-        message = str(error["msg"]).removeprefix("Value error, ")
-        lines.append(f"  {where}: {message}")
-    return f"Invalid {what}:\n" + "\n".join(lines)

@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import field_validator
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.model import UserModel
 from skyward_iac.api.storage import Storage
 from skyward_iac.api.storage_presets import GCS_ENDPOINT
 
@@ -38,31 +39,20 @@ MountKind = Literal["aws-role", "gcp-service-account", "s3-keys", "s3-public"]
 ProviderKind = Literal["local", "aws", "gcp"]
 
 
-class Volume(BaseModel):
+class Volume(UserModel):
     """A bucket (optionally one ``prefix`` of it) mounted at ``mount`` on every node.
 
     ``read_only`` volumes refuse writes in the kernel (EROFS). ``storage`` says where the
     bucket lives; None means the provider's own store (S3 on AWS, GCS on GCP).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    positional = ("bucket", "mount", "prefix", "read_only", "storage")
 
     bucket: str
     mount: str
     prefix: str = ""
     read_only: bool = True
     storage: Storage | None = None
-
-    def __init__(self, bucket: str, mount: str, prefix: str = "", read_only: bool = True,
-                 storage: Storage | None = None, **extra: Any) -> None:
-        # Positional like the seed's dataclass; a bad field is a ConfigError, raised here.
-        try:
-            super().__init__(bucket=bucket, mount=mount, prefix=prefix, read_only=read_only,
-                             storage=storage, **extra)
-        except ValidationError as exc:
-            from skyward_iac.api.spec import describe_validation_error
-
-            raise ConfigError(describe_validation_error("Volume", exc)) from None
 
     @field_validator("bucket")
     @classmethod

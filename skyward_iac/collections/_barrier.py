@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from skyward_iac.collections.base import Collection, async_twin
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.client import mod_revision_is, put_op
 from skyward_iac.collections.store import Store
 
@@ -22,8 +23,8 @@ class Barrier(Collection):
     kind = "barrier"
 
     def __init__(self, name: str, store: Store, n: int, default_timeout: float) -> None:
-        if n < 1:
-            raise ValueError(f"a barrier needs at least one participant, not n={n}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"barrier {name!r} needs n >= 1 participants, got n={n!r}")
         super().__init__(name, store)
         self.n = n
         self.default_timeout = default_timeout
@@ -36,7 +37,8 @@ class Barrier(Collection):
         Raises TimeoutError after ``timeout`` seconds (default: the backend's barrier timeout)
         and withdraws this arrival, so the barrier stays usable for the others.
         """
-        limit = self.default_timeout if timeout is None else timeout
+        limit = self.default_timeout if timeout is None else check_timeout(
+            timeout, f"barrier {self.name!r} wait(timeout)")
         deadline = time.monotonic() + limit
         ticket = self._store.add(self._key, 1)
         target = -(-ticket // self.n) * self.n

@@ -11,7 +11,7 @@ import uuid
 from types import TracebackType
 
 from skyward_iac.api.errors import CollectionError
-from skyward_iac.collections.base import Collection, async_twin
+from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.session import LeaseSession
 from skyward_iac.collections.store import Store
 
@@ -35,7 +35,7 @@ class Lock(Collection):
 
     def __init__(self, name: str, store: Store, session: LeaseSession, timeout: float) -> None:
         super().__init__(name, store)
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout, f"sky.lock({name!r}) timeout")
         self._session = session
         self._mutex = threading.Lock()
         self._held: str | None = None
@@ -46,7 +46,7 @@ class Lock(Collection):
         Raises TimeoutError after ``timeout`` seconds (default: the ``timeout`` the lock was
         created with).
         """
-        limit = self.timeout if timeout is None else timeout
+        limit = self.timeout if timeout is None else check_timeout(timeout, "acquire(timeout)")
         deadline = time.monotonic() + limit
         client = self._store.client
         key = self._store.key(f"{uuid.uuid4().hex}")

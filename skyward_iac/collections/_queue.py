@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from skyward_iac.collections.base import Collection, async_twin
+from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.client import create_revision_is, delete_op
 from skyward_iac.collections.namespace import decode_value, encode_value
 
@@ -33,7 +33,9 @@ class Queue(Collection):
     def get(self, timeout: float | None = None) -> Any:
         """Removes and returns the oldest item, waiting up to ``timeout`` seconds for one
         (forever when None); returns None if none arrived in time."""
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        if timeout is not None:
+            timeout = check_timeout(timeout, f"queue {self.name!r} get(timeout)", zero=True)
+        deadline = None if timeout is None else time.monotonic() + timeout
         client, prefix = self._store.client, self._store.prefix
         while True:
             head = client.range(prefix, prefix=True, keys_only=True, oldest_first=True, limit=1)

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from skyward_iac.api.errors import ConfigError
 from skyward_iac.collections.store import Store
 
 P = ParamSpec("P")
@@ -48,3 +49,14 @@ class Collection:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, consistency={self.consistency!r})"
+
+
+def check_timeout(value: object, what: str, zero: bool = False) -> float:
+    """``value`` as a finite number of seconds > 0 (>= 0 with ``zero``: "do not wait"), else
+    a ``ConfigError`` naming ``what``."""
+    low_ok = (lambda v: v >= 0) if zero else (lambda v: v > 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            low_ok(value) and value < float("inf")):
+        bound = ">= 0" if zero else "> 0"
+        raise ConfigError(f"{what} must be a number of seconds {bound}, got {value!r}")
+    return float(value)

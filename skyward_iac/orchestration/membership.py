@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.spec import MAX_NODES
 from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.plan import Bounds
 
 #: Most nodes one pool may have (a bigger request is almost always a typo).
-MAX_NODES = 1000
 
 
 class Phase(enum.Enum):

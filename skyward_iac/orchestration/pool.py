@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from skyward_iac.api.errors import CollectionsDisabledError, ConfigError
 from skyward_iac.api.function import Function, PendingFunction, PendingFunctionGroup, function
-from skyward_iac.api.spec import Nodes
+from skyward_iac.api.spec import MAX_NODES, Nodes
 from skyward_iac.collections import (
     Backend,
     Barrier,
@@ -30,7 +30,7 @@ from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.dispatch import Call, Dispatcher, call_for
-from skyward_iac.orchestration.membership import MAX_NODES, Membership
+from skyward_iac.orchestration.membership import Membership
 from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.notebook import cell_context
 from skyward_iac.orchestration.plan import PoolPlan

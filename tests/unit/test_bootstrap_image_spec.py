@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 import skyward_iac as sky
+from skyward_iac.api.errors import ConfigError
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -25,16 +25,16 @@ import skyward_iac as sky
      "routed to both https://a/simple and https://b/simple"),
 ])
 def test_bad_image_fields_are_refused(fields: dict, message: str) -> None:
-    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         sky.Image(**fields)
 
 
 def test_bad_pip_indexes_are_refused() -> None:
-    with pytest.raises(ValidationError, match="http\\(s\\):// or file:// URL"):
+    with pytest.raises(ConfigError, match="http\\(s\\):// or file:// URL"):
         sky.PipIndex(url="download.pytorch.org/whl", packages=["torch"])
-    with pytest.raises(ValidationError, match="at least 1 item"):
+    with pytest.raises(ConfigError, match="at least 1 item"):
         sky.PipIndex(url="https://x/simple", packages=[])
-    with pytest.raises(ValidationError, match="versions go in Image.pip"):
+    with pytest.raises(ConfigError, match="versions go in Image.pip"):
         sky.PipIndex(url="https://x/simple", packages=["torch==2.5"])
 
 

@@ -62,7 +62,7 @@ def test_a_named_pool_with_every_kind_of_value(project: Path) -> None:
         image = { python = "3.12", pip = ["torch", "numpy"], env = { HF_HOME = "/data/hf" } }
 
         [pools.small]
-        provider = "local"
+        provider = "gcp"
         accelerator = { name = "a100", count = 2, memory = "40GB" }
         nodes = { desired = 4, min = 2 }
     """)
@@ -75,7 +75,7 @@ def test_a_named_pool_with_every_kind_of_value(project: Path) -> None:
         image=sky.Image(python="3.12", pip=("torch", "numpy"), env={"HF_HOME": "/data/hf"}),
     )
     small = load_pool("small")
-    assert small.provider == sky.Local() and small.nodes == sky.Nodes(desired=4, min=2)
+    assert small.provider == sky.GCP() and small.nodes == sky.Nodes(desired=4, min=2)
     assert small.accelerator == sky.accelerators.A100(count=2, memory="40GB")
     assert pool_names() == ["small", "train"]
 

@@ -61,7 +61,7 @@ def test_nodes_bounds_are_ordered() -> None:
 
 
 def test_accelerator_objects_are_accepted() -> None:
-    s = spec(accelerator=sky.accelerators.A100(memory="40GB", count=2))
+    s = spec(provider=sky.AWS(), accelerator=sky.accelerators.A100(memory="40GB", count=2))
     assert s.accelerator is not None
     assert (s.accelerator.name, s.accelerator.memory, s.accelerator.count) == ("A100", "40GB", 2)
 
