@@ -40,7 +40,8 @@ class AcceleratorInfo(BaseModel):
 
 
 class NetworkInfo(BaseModel):
-    """The node's network interface used between peers."""
+    """The node's network interface towards the head node (told by the node itself) and its
+    link speed in Gbit/s when the kernel reports one."""
 
     model_config = ConfigDict(frozen=True)
     interface: str = "lo"
