@@ -136,7 +136,7 @@ def cluster_request(provider: str, settings: Mapping[str, Any], stack_name: str)
     return ClusterRequest(
         stack_name=stack_name, spec=spec, node_count=spec.nodes.desired, offer=offer,
         market=market, max_lifetime=_number(int, "maxLifetime", lifetime) if lifetime else None,
-        created_at=created_at,
+        created_at=created_at, max_nodes=spec.nodes.max or spec.nodes.desired,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+from datetime import UTC, datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -199,12 +200,16 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
     steps = plugins.bootstrap_steps(spec, stack_name, nodes)
     plugins.check_workers(spec.plugins, options.worker)
     # Keys given as callables are resolved once, here; the stack keeps them as secrets.
+    bounds = Bounds.of(spec)
+    # Frozen once per stack: the creation time (tags) and the pool's maximum (placement), so
+    # that no later resize or fallback rebuild changes a running node's inputs.
     request = ClusterRequest(stack_name, spec, nodes, volume_keys=volume_keys(spec.volumes,
                                                                              spec.provider.kind),
-                             offer=choice.offer, collections=options.collections)
+                             offer=choice.offer, collections=options.collections,
+                             created_at=datetime.now(UTC), max_nodes=bounds.ceiling)
     program_for(request)  # an unsupported provider fails here, before provisioning
     return PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
-                    request=request, bounds=Bounds.of(spec), run_id=stack_name,
+                    request=request, bounds=bounds, run_id=stack_name,
                     plugin_steps=steps,
                     node_plugins=plugins.node_plugins(spec.plugins),
                     includes=_includes(spec))

@@ -32,7 +32,10 @@ class ClusterRequest:
     ``created_at`` (stamps the ``expires_at`` tag; default: when the program is built).
     ``collections`` adds the etcd certificates (``ClusterPKI``) for the head node's etcd.
     ``on_demand_nodes``: indexes of nodes that run on demand although the market is spot (the
-    cloud refused their spot launch; see ``infra/spot_fallback.py``).
+    cloud refused their spot launch; see ``infra/spot_fallback.py``). ``max_nodes``: the most
+    nodes the pool may grow to (default: ``node_count``); what a node's inputs depend on
+    (placement, tags) is decided from it and ``created_at`` once per stack, so a resize or a
+    fallback never changes, and so never replaces, a running node.
     """
 
     stack_name: str
@@ -46,6 +49,7 @@ class ClusterRequest:
     #: Resolved keys of keyed volumes by volume index; exported as a stack secret.
     volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict, repr=False)
     on_demand_nodes: frozenset[int] = frozenset()
+    max_nodes: int | None = None
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:

@@ -93,8 +93,10 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
         max_lifetime=request.max_lifetime,
         # Never pay more than the user's cap, even if the spot price moves after selection.
         spot_max_price=spec.max_hourly_cost if market == "spot" else None,
-        # Collective GPU traffic wants nodes close together; a single node has no neighbours.
-        placement=accelerated and request.node_count > 1,
+        # Collective GPU traffic wants nodes close together; a pool that can never have two
+        # nodes has no neighbours. Decided from the pool's maximum, not today's count: turning
+        # placement on at a 1 -> 2 resize would recreate the running head node.
+        placement=accelerated and max(request.max_nodes or 0, request.node_count) > 1,
         tags=resource_tags(request),
         identity_volumes=identity_volumes(request),
         on_demand_nodes=request.on_demand_nodes if market == "spot" else frozenset(),
