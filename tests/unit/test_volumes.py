@@ -451,3 +451,9 @@ def test_service_account_ids_are_valid(stack: str) -> None:
     import re
 
     assert re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", service_account_id(stack))
+
+
+def test_long_stack_names_get_distinct_service_accounts() -> None:
+    base = "gcp-a-rather-long-user-name-20261124-030000-"
+    ids = {service_account_id(base + suffix) for suffix in ("aaaaaa", "bbbbbb", "cccccc")}
+    assert len(ids) == 3  # the first 30 characters alone would be one id for all three

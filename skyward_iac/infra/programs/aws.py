@@ -38,6 +38,8 @@ class AmiQuery:
     name: str
     architecture: str
     min_disk_gb: int  # the image's root snapshot; a smaller root volume fails at launch
+    #: The GPU driver the image ships (``common.DRIVER_RUNS``), None without one.
+    driver: str | None = None
 
 
 def ami_query(offer: Offer) -> AmiQuery:
@@ -46,8 +48,11 @@ def ami_query(offer: Offer) -> AmiQuery:
     vendor = vendor_of(offer.accelerator) if offer.accelerator else None
     if vendor == "nvidia":
         arm = "ARM64 " if arch == "arm64" else ""
-        return AmiQuery(("amazon",), f"Deep Learning {arm}Base OSS Nvidia Driver GPU AMI "
-                        "(Ubuntu 22.04) *", arch, 75)
+        # P3 (V100) and older need the proprietary driver: the OSS image cannot run them.
+        driver = common.nvidia_driver_for(offer.accelerator or "")
+        flavour = "Proprietary" if driver == "nvidia-proprietary" else "OSS"
+        return AmiQuery(("amazon",), f"Deep Learning {arm}Base {flavour} Nvidia Driver GPU AMI "
+                        "(Ubuntu 22.04) *", arch, 75, driver)
     if vendor == "aws":  # Trainium / Inferentia need the Neuron driver and SDK
         return AmiQuery(("amazon",), "Deep Learning AMI Neuron (Ubuntu 22.04) *", arch, 75)
     # 22.04 like the GPU images: its sshd starts after cloud-init installed the host key,

@@ -155,6 +155,25 @@ def gcp_name(stack_name: str, suffix: str, limit: int = 63) -> str:
     return f"{base[: limit - len(suffix) - 1].rstrip('-')}-{suffix}"
 
 
+# -- GPU drivers ------------------------------------------------------------------------------
+
+#: NVIDIA GPUs older than Turing, by generation: NVIDIA's open kernel modules (the "OSS" driver
+#: images) run Turing and newer only; these need the proprietary driver, and Kepler a driver
+#: older than 550.
+PRE_TURING = {"K80": "kepler", "K520": "kepler", "M60": "maxwell", "P100": "pascal",
+              "P4": "pascal", "V100": "volta"}
+#: What each kind of driver an image ships can run.
+DRIVER_RUNS = {
+    "nvidia-open": lambda gpu: gpu not in PRE_TURING,
+    "nvidia-proprietary": lambda gpu: PRE_TURING.get(gpu) != "kepler",
+}
+
+
+def nvidia_driver_for(accelerator: str) -> str:
+    """The kind of NVIDIA driver an image must ship for ``accelerator``."""
+    return "nvidia-proprietary" if accelerator in PRE_TURING else "nvidia-open"
+
+
 # -- firewall policy ---------------------------------------------------------------------------
 
 Protocol = Literal["tcp", "all"]

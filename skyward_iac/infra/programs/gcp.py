@@ -8,6 +8,7 @@ that age even if its watchdog never ran, which the in-node dead-man switch canno
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,13 +38,17 @@ class BootImage:
 
     family: str
     min_disk_gb: int
+    #: The GPU driver the image ships (``common.DRIVER_RUNS``), None without one.
+    driver: str | None = None
 
 
 def boot_image(offer: Offer) -> BootImage:
     """The image family for an offer's architecture and accelerator vendor."""
     if offer.accelerator and vendor_of(offer.accelerator) == "nvidia":
+        # Canonical's accelerator image: the proprietary 550 server driver (Maxwell and newer,
+        # so V100 as well as the Turing+ GPUs).
         return BootImage("projects/ubuntu-os-accelerator-images/global/images/family/"
-                         "ubuntu-accelerator-2204-amd64-with-nvidia-550", 50)
+                         "ubuntu-accelerator-2204-amd64-with-nvidia-550", 50, "nvidia-proprietary")
     # 22.04 like the GPU image: its sshd starts only after cloud-init installed the host key.
     family = "ubuntu-2204-lts-arm64" if offer.architecture == "arm64" else "ubuntu-2204-lts"
     return BootImage(f"projects/ubuntu-os-cloud/global/images/family/{family}", 10)
@@ -204,9 +209,11 @@ def bucket_roles(volumes: Sequence[Volume]) -> dict[str, str]:
 
 
 def service_account_id(stack_name: str) -> str:
-    """A service-account id for the stack (6-30 chars: lowercase, digits, '-')."""
-    account = common.gcp_name(stack_name, "vol", limit=30)
-    return account if len(account) >= 6 else f"skyward-{account}"[:30]
+    """A service-account id for the stack (6-30 chars: lowercase, digits, '-'). Ids are
+    global in a project and 30 characters cut most stack names, so a hash of the whole name
+    ends it: two long names that share their first 21 characters never collide."""
+    digest = hashlib.sha256(stack_name.encode()).hexdigest()[:8]
+    return common.gcp_name(f"skyward-{stack_name}", digest, limit=30)
 
 
 def volume_service_account(plan: ClusterPlan,
