@@ -62,17 +62,19 @@ def ami_query(offer: Offer) -> AmiQuery:
                     "-server-*", arch, 8)
 
 
-def market_options(plan: ClusterPlan, node: int) -> dict[str, Any] | None:
+def market_options(plan: ClusterPlan,
+                   node: int) -> aws.ec2.InstanceInstanceMarketOptionsArgs | None:
     """``instance_market_options`` for a spot node, None for one on demand."""
     if plan.node_market(node) != "spot":
         return None
-    spot: dict[str, Any] = {
-        "spot_instance_type": "one-time",
-        "instance_interruption_behavior": "terminate",
-    }
-    if plan.spot_max_price is not None:
-        spot["max_price"] = f"{plan.spot_max_price:.4f}"
-    return {"market_type": "spot", "spot_options": spot}
+    max_price = f"{plan.spot_max_price:.4f}" if plan.spot_max_price is not None else None
+    return aws.ec2.InstanceInstanceMarketOptionsArgs(
+        market_type="spot",
+        spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+            spot_instance_type="one-time", instance_interruption_behavior="terminate",
+            max_price=max_price,
+        ),
+    )
 
 
 def aws_program(request: ClusterRequest,
@@ -113,10 +115,9 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
     ) if plan.placement else None
     image = aws.ec2.get_ami_output(
         most_recent=True, owners=list(ami.owners),
-        filters=[{"name": "name", "values": [ami.name]},
-                 {"name": "architecture", "values": [ami.architecture]},
-                 {"name": "root-device-type", "values": ["ebs"]},
-                 {"name": "virtualization-type", "values": ["hvm"]}],
+        filters=[aws.ec2.GetAmiFilterArgs(name=name, values=[value]) for name, value in (
+            ("name", ami.name), ("architecture", ami.architecture),
+            ("root-device-type", "ebs"), ("virtualization-type", "hvm"))],
         opts=invoke,
     )
     profile = volume_instance_profile(plan, opts)
@@ -135,13 +136,14 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
             # The TTL watchdog powers the node off; AWS must then delete it, not keep it stopped.
             instance_initiated_shutdown_behavior="terminate",
             instance_market_options=market_options(plan, index),
-            root_block_device={
-                "volume_size": plan.disk_gb, "volume_type": "gp3",
-                "delete_on_termination": True, "encrypted": True, "tags": tags,
-            },
+            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                volume_size=plan.disk_gb, volume_type="gp3", delete_on_termination=True,
+                encrypted=True, tags=tags,
+            ),
             # IMDSv2 only, one hop: containers on the node cannot read the user data (host key).
-            metadata_options={"http_endpoint": "enabled", "http_tokens": "required",
-                              "http_put_response_hop_limit": 1},
+            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1,
+            ),
             user_data=user_data,
             # Only with bucket volumes: otherwise the node holds no AWS credentials at all.
             iam_instance_profile=profile.name if profile else None,

@@ -38,7 +38,8 @@ def cluster_network(plan: ClusterPlan, use_default_vpc: bool, opts: pulumi.Resou
     """The network for ``plan``: the default VPC (``AWS(use_default_vpc=True)``) or a new one."""
     offerings = aws.ec2.get_instance_type_offerings_output(
         location_type="availability-zone",
-        filters=[{"name": "instance-type", "values": [plan.offer.machine_type]}],
+        filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(
+            name="instance-type", values=[plan.offer.machine_type])],
         opts=invoke,
     )
     zone = offerings.locations.apply(first_zone)
@@ -57,7 +58,8 @@ def _own_vpc(plan: ClusterPlan, zone: pulumi.Output[str], opts: pulumi.ResourceO
                       enable_dns_support=True, tags={**tags, "Name": plan.stack_name}, opts=opts)
     gateway = aws.ec2.InternetGateway("gateway", vpc_id=vpc.id, tags=tags, opts=opts)
     routes = aws.ec2.RouteTable(
-        "routes", vpc_id=vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": gateway.id}],
+        "routes", vpc_id=vpc.id, routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0",
+                                                                 gateway_id=gateway.id)],
         tags=tags, opts=opts,
     )
     subnet = aws.ec2.Subnet(

@@ -64,7 +64,7 @@ def zone_for(offer: Offer, configured: str | None) -> str:
     return offer.zones[0]
 
 
-def scheduling(plan: ClusterPlan, node: int) -> dict[str, Any]:
+def scheduling(plan: ClusterPlan, node: int) -> gcp.compute.InstanceSchedulingArgs:
     """Node ``node``'s scheduling block for its market, accelerator and lifetime cap."""
     if plan.node_market(node) == "spot":
         block: dict[str, Any] = {
@@ -78,8 +78,11 @@ def scheduling(plan: ClusterPlan, node: int) -> dict[str, Any]:
             "on_host_maintenance": "TERMINATE" if plan.offer.accelerator else "MIGRATE",
         }
     if plan.max_lifetime:
-        block["max_run_duration"] = {"seconds": plan.max_lifetime}
+        block["max_run_duration"] = gcp.compute.InstanceSchedulingMaxRunDurationArgs(
+            seconds=plan.max_lifetime)
         block["instance_termination_action"] = "DELETE"
+    # Typed: a misspelled field is a TypeError here, not an input the mocks would accept.
+    return gcp.compute.InstanceSchedulingArgs(**block)
     return block
 
 
@@ -143,7 +146,9 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
                              opts=opts, **firewall_args(rule, tag))
     placement = gcp.compute.ResourcePolicy(
         "placement", name=name("placement"), region=region,
-        group_placement_policy={"collocation": "COLLOCATED"}, opts=opts,
+        group_placement_policy=gcp.compute.ResourcePolicyGroupPlacementPolicyArgs(
+            collocation="COLLOCATED"),
+        opts=opts,
     ) if compact_placement(plan) else None
 
     guest = plan.offer.guest_accelerator
@@ -156,15 +161,20 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             name=name(f"node-{index}"),
             zone=zone,
             machine_type=plan.offer.machine_type,
-            boot_disk={
-                "auto_delete": True,
-                "initialize_params": {"image": image.family, "size": plan.disk_gb,
-                                      "type": plan.offer.boot_disk_type or "pd-balanced",
-                                      "labels": labels},
-            },
+            boot_disk=gcp.compute.InstanceBootDiskArgs(
+                auto_delete=True,
+                initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
+                    image=image.family, size=plan.disk_gb,
+                    type=plan.offer.boot_disk_type or "pd-balanced", labels=labels,
+                ),
+            ),
             # A2/A3/G2 types come with their GPUs; N1 rows attach them explicitly.
-            guest_accelerators=[{"type": guest[0], "count": guest[1]}] if guest else None,
-            network_interfaces=[{"subnetwork": subnet.id, "access_configs": [{}]}],
+            guest_accelerators=[gcp.compute.InstanceGuestAcceleratorArgs(
+                type=guest[0], count=guest[1])] if guest else None,
+            network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(
+                subnetwork=subnet.id,
+                access_configs=[gcp.compute.InstanceNetworkInterfaceAccessConfigArgs()],
+            )],
             scheduling=scheduling(plan, index),
             resource_policies=placement.self_link if placement else None,
             metadata={
@@ -216,8 +226,9 @@ def service_account_id(stack_name: str) -> str:
     return common.gcp_name(f"skyward-{stack_name}", digest, limit=30)
 
 
-def volume_service_account(plan: ClusterPlan,
-                           opts: pulumi.ResourceOptions) -> dict[str, Any] | None:
+def volume_service_account(
+    plan: ClusterPlan, opts: pulumi.ResourceOptions,
+) -> gcp.compute.InstanceServiceAccountArgs | None:
     """A service account of the stack's own, granted access to exactly the volumes' buckets,
     as the instances' ``service_account`` block; None when no volume uses the node's identity.
 
@@ -235,4 +246,5 @@ def volume_service_account(plan: ClusterPlan,
     for bucket, role in bucket_roles(plan.identity_volumes).items():
         gcp.storage.BucketIAMMember(f"volumes-{bucket}", bucket=bucket, role=role, member=member,
                                     opts=opts)
-    return {"email": account.email, "scopes": storage_scopes(plan.identity_volumes)}
+    return gcp.compute.InstanceServiceAccountArgs(email=account.email,
+                                                  scopes=storage_scopes(plan.identity_volumes))
