@@ -110,8 +110,10 @@ class Outbox:
     MAX_DELAY = 0.001
     LAZY_DELAY = 0.1
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, on_gone: Callable[[], Any] = lambda: os._exit(0)) -> None:
+        """``on_gone``: what to do when a send fails (the agent is gone); it must not return."""
         self.channel = channel
+        self.on_gone = on_gone
         self.cond = threading.Condition()
         self.items: list[Any] = []
         self.first_at = 0.0
@@ -163,7 +165,7 @@ class Outbox:
                 try:
                     self._take_and_send()
                 except OSError:
-                    os._exit(0)  # the agent is gone
+                    self.on_gone()  # the agent is gone
 
 
 class Runner:
@@ -330,10 +332,16 @@ def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
 ORPHANED = 70
 
 
+def _agent_gone(agent_group: int | None) -> None:
+    """The agent is gone: stop this process, and with it the agent's process group (the other
+    workers, the processes tasks started) when this worker belongs to ``agent_group``."""
+    if agent_group is not None and os.getpgrp() == agent_group:
+        os.killpg(agent_group, signal.SIGKILL)
+    os._exit(ORPHANED)
+
+
 def watch_lifeline(fd: int, agent_group: int | None) -> None:
-    """Stop this process as soon as the agent is gone (end-of-file on the lifeline ``fd``),
-    taking the agent's process group (the other workers, the processes tasks started) with it
-    when this worker belongs to ``agent_group``."""
+    """Stop as soon as the agent is gone (end-of-file on the lifeline ``fd``)."""
 
     def watch() -> None:
         try:
@@ -341,9 +349,7 @@ def watch_lifeline(fd: int, agent_group: int | None) -> None:
                 pass  # the agent never writes; anything else than end-of-file is ignored
         except OSError:
             pass
-        if agent_group is not None and os.getpgrp() == agent_group:
-            os.killpg(agent_group, signal.SIGKILL)
-        os._exit(ORPHANED)
+        _agent_gone(agent_group)
 
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
 
@@ -361,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lifeline_fd is not None:
         watch_lifeline(args.lifeline_fd, args.agent_group)
     channel = Channel(socket.socket(fileno=args.fd))
-    outbox = Outbox(channel)
+    outbox = Outbox(channel, on_gone=lambda: _agent_gone(args.agent_group))
     streams = [TaskStream("stdout", outbox, sys.stdout), TaskStream("stderr", outbox, sys.stderr)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
     route_output()  # @sky.silent, @sky.stdout, redirect_output: per task, over the task streams
@@ -374,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             messages = channel.receive()
         except (protocol.ConnectionClosed, OSError, protocol.ProtocolError):
-            os._exit(0)  # the agent is gone
+            _agent_gone(args.agent_group)  # whichever notices first: this or the lifeline
         tasks = []
         for message in messages:
             if isinstance(message, Task):
