@@ -82,10 +82,13 @@ def run(args: argparse.Namespace) -> int:
                  else "-")
         print(f"{row['provider']:<8} {row['instance_type']:<22} {row['region']:<16} "
               f"{accel:<16} {row['vcpus']:>5g} {row['memory_gb']:>7g} {row['market']:<9} "
-              f"{row['hourly_usd']:>9.4f}")
+              f"{row['hourly_usd']:>9.4f}{offers.ESTIMATE if row['estimated'] else ''}")
     more = f" (showing {len(shown)})" if len(shown) < len(choices) else ""
     used = "; ".join(c.describe() for c in catalogs.values())
     print(f"{len(choices)} offer(s){more}; catalog prices as of {used}; not live quotes")
+    if any(c.estimated for c in shown):
+        print("(est.): a typical spot price, not a quote; `skyward-iac offers refresh` fetches "
+              "live ones")
     return 0
 
 
@@ -112,4 +115,5 @@ def _row(choice: offers.Choice) -> dict[str, Any]:
         "accelerator_memory_gb": offer.accelerator_memory_gb, "vcpus": offer.vcpus,
         "memory_gb": offer.memory_gb, "architecture": offer.architecture,
         "market": choice.market, "hourly_usd": choice.hourly,
+        "estimated": choice.estimated,
     }

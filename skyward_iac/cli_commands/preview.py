@@ -70,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
     for resource in result.plan.resources:
         print(f"  {resource.op:<8} {resource.type:<52} {resource.name}")
     print(f"estimated cost: ${result.hourly:.4f}/h, ${result.estimate:.2f} for {args.hours:g} h"
-          + ("" if args.provider == "local" else " (catalog prices, not live quotes)"))
+          + ("" if args.provider == "local" else
+             " (estimated spot price: the shipped catalog's typical figure, not a quote; "
+             "`skyward-iac offers refresh` fetches live prices)" if result.choice.estimated
+             else " (catalog prices, not live quotes)"))
     return 0
 
 

@@ -50,6 +50,8 @@ class Offer:
     zones: tuple[str, ...] = ()
     guest_accelerator: tuple[str, int] | None = None  # GCP: (accelerator type, count) to attach
     boot_disk_type: str | None = None
+    #: The spot price is an estimate (the shipped catalog's typical figure), not a quote.
+    spot_estimated: bool = False
 
     def price(self, market: Market) -> float | None:
         """USD per node-hour on ``market``, None when that market is not offered."""
@@ -71,8 +73,11 @@ class Catalog:
     def from_dict(cls, data: dict[str, Any], origin: str = SHIPPED) -> Catalog:
         """Parse the JSON catalog format (see ``infra/catalog/aws.json``)."""
         provider = data["provider"]
+        # Shipped spot figures are typical values, not quotes (the catalog's source says how
+        # they were derived); a refreshed catalog says for itself.
+        estimated = bool(data.get("spot_estimated", origin == SHIPPED))
         offers = tuple(
-            _offer(provider, row, region, prices)
+            _offer(provider, row, region, prices, estimated)
             for row in data["instances"] for region, prices in row["regions"].items()
         )
         return cls(provider, data["as_of"], data["source"], offers, origin)
@@ -93,7 +98,8 @@ class Catalog:
         return f"{self.provider} {self.as_of} ({where})"
 
 
-def _offer(provider: str, row: dict[str, Any], region: str, prices: dict[str, Any]) -> Offer:
+def _offer(provider: str, row: dict[str, Any], region: str, prices: dict[str, Any],
+           spot_estimated: bool = False) -> Offer:
     accel = row.get("accelerator") or {}
     guest = row.get("guest_accelerator")
     return Offer(
@@ -108,6 +114,7 @@ def _offer(provider: str, row: dict[str, Any], region: str, prices: dict[str, An
         zones=tuple(prices.get("zones", ())),
         guest_accelerator=(guest["type"], int(guest["count"])) if guest else None,
         boot_disk_type=row.get("boot_disk_type"),
+        spot_estimated=spot_estimated and prices.get("spot") is not None,
     )
 
 
@@ -176,6 +183,10 @@ LOCAL_OFFER = Offer(provider="local", instance_type="local", region="local", vcp
                     memory_gb=0, architecture="any", on_demand=0.0, spot=None)
 
 
+#: Written after an estimated price wherever one is shown.
+ESTIMATE = " (est.)"
+
+
 @dataclass(frozen=True, slots=True)
 class Choice:
     """A spec resolved to one offer and market: what would be provisioned, and its price."""
@@ -197,6 +208,11 @@ class Choice:
         return self.spec.nodes.desired
 
     @property
+    def estimated(self) -> bool:
+        """Whether ``hourly`` is an estimated spot figure rather than a listed price."""
+        return self.market == "spot" and self.offer.spot_estimated
+
+    @property
     def cluster_hourly(self) -> float:
         """USD per hour for all starting nodes."""
         return self.hourly * self.nodes
@@ -209,8 +225,8 @@ class Choice:
         o = self.offer
         gpu = f"{o.accelerator_count:g}x {o.accelerator} " if o.accelerator else ""
         return (f"{o.provider} {o.instance_type} ({gpu}{o.vcpus:g} vCPU, {o.memory_gb:g} GB) "
-                f"{o.region} {self.market} ${self.hourly:.4f}/h x {self.nodes} = "
-                f"${self.cluster_hourly:.4f}/h")
+                f"{o.region} {self.market} ${self.hourly:.4f}/h{ESTIMATE if self.estimated else ''}"
+                f" x {self.nodes} = ${self.cluster_hourly:.4f}/h")
 
 
 def hourly_cost(choice: Choice, nodes: int, on_demand_nodes: Iterable[int] = ()) -> float:
@@ -361,7 +377,28 @@ def matching(spec: Spec, catalog: Catalog | None = None) -> list[Choice]:
         left = kept
     # Every offer left passed the allocation constraint, so its market is never None.
     choices = [Choice(spec, o, market_for(spec.allocation, o) or "on-demand") for o in left]
-    return sorted(choices, key=lambda c: (c.hourly, c.offer.instance_type, c.offer.region))
+    return sorted(choices, key=rank_key(choices))
+
+
+def rank_key(choices: Sequence[Choice]) -> Callable[[Choice], tuple[Any, ...]]:
+    """How ``matching`` orders choices: by USD/node-hour, then type and region; but an
+    estimated spot price never picks the region by itself: between regions of one instance
+    type, estimated spot prices count as that type's lowest estimate, and the regions' listed
+    on-demand prices decide."""
+    lowest: dict[str, float] = {}
+    for choice in choices:
+        if choice.estimated:
+            kind = choice.offer.instance_type
+            lowest[kind] = min(lowest.get(kind, float("inf")), choice.hourly)
+
+    def key(choice: Choice) -> tuple[Any, ...]:
+        o = choice.offer
+        if choice.estimated:
+            return (lowest[o.instance_type], o.on_demand or float("inf"), o.instance_type,
+                    o.region)
+        return (choice.hourly, 0.0, o.instance_type, o.region)
+
+    return key
 
 
 def select(specs: Sequence[Spec], selection: SelectionStrategy = "cheapest",

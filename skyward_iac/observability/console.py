@@ -260,7 +260,7 @@ class LogConsole(Console):
                                              event.region, event.market) if x)
                 return (f"stack {event.stack}: requesting {event.nodes} node(s) on "
                         f"{event.provider}{f' ({what})' if what else ''}, "
-                        f"{usd(event.hourly_usd)}/h")
+                        f"{usd(event.hourly_usd)}/h{' (est.)' if event.estimated else ''}")
             case StackProgress(status="started"):
                 return None
             case StackProgress():

@@ -46,6 +46,8 @@ class ClusterRequested(Event):
     region: str | None = None
     market: str | None = None  # "spot" | "on-demand"; None on Local
     hourly_usd: float = 0.0
+    #: ``hourly_usd`` rests on estimated spot prices (the shipped catalog's), not quotes.
+    estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,7 +136,8 @@ class PoolLifecycle:
             accelerator=accelerator.name if accelerator else None,
             instance_type=offer.instance_type, region=offer.region,
             market=None if plan.provider == "local" else plan.choice.market,
-            hourly_usd=self.usd_per_hour()))
+            hourly_usd=self.usd_per_hour(),
+            estimated=plan.provider != "local" and plan.choice.estimated))
 
     def _provision(self) -> None:
         """A cold start: a new stack, one ``up``, every node bootstrapped."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
-from datetime import UTC, datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from skyward_iac import config_file

@@ -68,8 +68,11 @@ def test_text_output_and_limit(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["PROVIDER", "INSTANCE", "TYPE"]
-    assert len(lines) == 4 and "(showing 2)" in lines[-1] and "not live quotes" in lines[-1]
-    first, second = (float(line.split()[-1]) for line in lines[1:3])
+    # GCP L4 offers default to spot, whose shipped prices are estimates: marked, then explained.
+    assert len(lines) == 5 and "(showing 2)" in lines[-2] and "not live quotes" in lines[-2]
+    assert lines[-1].startswith("(est.): a typical spot price")
+    assert all(line.endswith(" (est.)") for line in lines[1:3])
+    first, second = (float(line.split()[-2]) for line in lines[1:3])
     assert first <= second
 
 

@@ -62,5 +62,6 @@ def build(shipped: dict[str, Any], regions: Sequence[str] | None, source: str,
                  "prices move hourly. Instance types, accelerator names and zones come from the "
                  "shipped catalog.",
         "instances": rows,
+        "spot_estimated": False,  # live quotes
     }
     return RefreshedCatalog(data, tuple(unpriced))
