@@ -228,6 +228,11 @@ class Options(_Frozen):
                     "with an equal spec (0: destroy at once)")
     gc_on_start: bool = Field(
         default=True, description="first destroy this machine's stacks whose owner is gone")
+    max_lifetime: int | None = Field(
+        default=None, ge=60, le=MAX_TTL,
+        description="seconds after which the cloud deletes each node whatever happens (GCP "
+                    "max_run_duration; on AWS the node powers itself off, which terminates "
+                    "it); a backstop beside the ttl for a hung node. None: no cap")
     cluster: bool | None = Field(
         default=None, description="False: no etcd and no collections for this pool")
     health_checker: HealthChecker | None = Field(

@@ -158,8 +158,8 @@ class LocalNodeProvider(ResourceProvider):
         except OSError as exc:
             stop_sandbox(sandbox)
             raise RuntimeError(f"sshd of {sandbox.name} never listened on {address}:{port}") from exc
-        if int(props.get("ttl") or 0) > 0:
-            _start_watchdog(sandbox, int(props["ttl"]))
+        if int(props.get("ttl") or 0) > 0 or props.get("max_lifetime"):
+            _start_watchdog(sandbox, int(props.get("ttl") or 0), props.get("max_lifetime"))
         outs = {
             **props,
             "user": user,
@@ -216,7 +216,7 @@ def _in_cgroup(group: Path | None, command: list[str]) -> list[str]:
     return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *command]
 
 
-def _start_watchdog(sandbox: Path, ttl: int) -> None:
+def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None) -> None:
     """Start the node's dead-man switch now, outside its cgroup (stopping the node must not
     stop it first); the heartbeat is dated ahead by the first-contact grace."""
     heartbeat = sandbox / "work" / "heartbeat"
@@ -226,7 +226,8 @@ def _start_watchdog(sandbox: Path, ttl: int) -> None:
     with open(sandbox / "log" / "watchdog.log", "ab") as log:
         watchdog = subprocess.Popen(
             [sys.executable, "-m", "skyward_iac.remote.watchdog", "--heartbeat", str(heartbeat),
-             "--ttl", str(ttl), "--sandbox", str(sandbox)],
+             "--ttl", str(ttl), "--sandbox", str(sandbox),
+             *(["--max-lifetime", str(max_lifetime)] if max_lifetime else [])],
             cwd=sandbox, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -253,11 +254,13 @@ class LocalNode(Resource, module="skyward", name="LocalNode"):
 
     def __init__(
         self, name: str, *, stack: str, index: int, authorized_key: pulumi.Input[str],
-        sandbox_root: str, ttl: int = 0, opts: pulumi.ResourceOptions | None = None,
+        sandbox_root: str, ttl: int = 0, max_lifetime: int | None = None,
+        opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
             "stack": stack, "index": index, "authorized_key": authorized_key,
             "sandbox_root": sandbox_root, "user": getpass.getuser(), "ttl": ttl,
+            "max_lifetime": max_lifetime,
             "address": None, "port": None, "host_key": None, "workdir": None,
             "sandbox": None, "sshd_pid": None,
         }

@@ -206,7 +206,8 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
     request = ClusterRequest(stack_name, spec, nodes, volume_keys=volume_keys(spec.volumes,
                                                                              spec.provider.kind),
                              offer=choice.offer, collections=options.collections,
-                             created_at=datetime.now(UTC), max_nodes=bounds.ceiling)
+                             created_at=datetime.now(UTC), max_nodes=bounds.ceiling,
+                             max_lifetime=options.max_lifetime)
     program_for(request)  # an unsupported provider fails here, before provisioning
     return PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
                     request=request, bounds=bounds, run_id=stack_name,

@@ -35,20 +35,34 @@ def check_interval(ttl: float) -> float:
     return min(15.0, max(0.5, ttl / 4))
 
 
+def stop_reason(silence: float, ttl: float, age: float, max_lifetime: float | None) -> str | None:
+    """Why the node must stop now (no heartbeat for ``ttl``, or older than ``max_lifetime``),
+    or None while it may live on."""
+    if ttl and silence > ttl:
+        return f"no heartbeat for {silence:.0f}s (ttl {ttl:g}s)"
+    if max_lifetime and age > max_lifetime:
+        return f"it reached its max_lifetime of {max_lifetime:g}s"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--heartbeat", type=Path, required=True)
     parser.add_argument("--ttl", type=float, required=True)
     parser.add_argument("--sandbox", type=Path, required=True)
+    parser.add_argument("--max-lifetime", type=float, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    log.info("watchdog %s: shutting the node down after %gs without a heartbeat",
-             os.getpid(), args.ttl)
+    log.info("watchdog %s: shutting the node down after %gs without a heartbeat%s", os.getpid(),
+             args.ttl, f" or {args.max_lifetime:g}s after start" if args.max_lifetime else "")
+    started = time.monotonic()
+    interval = check_interval(min((x for x in (args.ttl, args.max_lifetime) if x), default=60.0))
     while True:
-        time.sleep(check_interval(args.ttl))
-        silence = silent_for(args.heartbeat)
-        if silence > args.ttl:
-            log.warning("no heartbeat for %.0fs (ttl %gs): shutting the node down", silence, args.ttl)
+        time.sleep(interval)
+        reason = stop_reason(silent_for(args.heartbeat), args.ttl, time.monotonic() - started,
+                             args.max_lifetime)
+        if reason is not None:
+            log.warning("%s: shutting the node down", reason)
             stop_sandbox(args.sandbox)
             return
 

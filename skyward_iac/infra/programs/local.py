@@ -24,7 +24,7 @@ def local_program(request: ClusterRequest) -> Callable[[], None]:
             node = LocalNode(
                 f"node-{index}", stack=request.stack_name, index=index,
                 authorized_key=credentials.ssh_public_key, sandbox_root=sandbox_root,
-                ttl=request.spec.ttl,
+                ttl=request.spec.ttl, max_lifetime=request.max_lifetime,
                 # Old and new share the sandbox path: the old one must be gone first, or its
                 # deletion stops its successor (a node replaced while alive, e.g. unhealthy).
                 opts=pulumi.ResourceOptions(delete_before_replace=True),
