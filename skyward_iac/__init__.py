@@ -81,7 +81,7 @@ _LAZY = {
         "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
         "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole",
         "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error",
-        "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
+        "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed", "ProvisionRetried",
     )},
     # The collections load the etcd client (gRPC) only when first used.
     **{name: "skyward_iac.collections.context"
@@ -116,5 +116,5 @@ __all__ = [
     "InstancePreempted", "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase",
     "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric",
     "Log", "Error",
-    "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
+    "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed", "ProvisionRetried",
 ]

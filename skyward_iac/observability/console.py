@@ -39,6 +39,7 @@ from skyward_iac.observability.events import (
     InstanceReplaced,
     Log,
     Metric,
+    ProvisionRetried,
     StackDestroyed,
     StackPreviewed,
     StackProgress,
@@ -297,6 +298,10 @@ class LogConsole(Console):
             case ClusterReady():
                 return (f"pool {event.stack} ready: {event.nodes} node(s) in "
                         f"{seconds(event.duration)}, {usd(event.hourly_usd)}/h")
+            case ProvisionRetried():
+                where = f"{event.region}{f' ({event.zone})' if event.zone else ''}"
+                return (f"stack {event.stack}: no capacity ({event.reason}); trying {where}, "
+                        f"{event.why} (place {event.attempt})")
             case InstancePreempted():
                 return f"node {event.node}: PREEMPTED{f': {event.reason}' if event.reason else ''}"
             case InstanceReplaced():

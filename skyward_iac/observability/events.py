@@ -121,6 +121,19 @@ class InstancePreempted(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ProvisionRetried(Event):
+    """The cloud refused capacity for a new pool; it tries again elsewhere (``attempt`` counts
+    from 2): ``reason`` is the cloud's error, ``region``/``zone`` where it goes now."""
+
+    stack: str
+    attempt: int
+    reason: str
+    region: str
+    zone: str | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceReplaced(Event):
     """Node ``node`` was replaced by a new instance (same index, new ``instance_id``)."""
 

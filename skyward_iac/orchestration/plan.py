@@ -145,6 +145,11 @@ class PoolPlan:
         """``base`` (the request in force, with any fallback it took) at ``node_count`` nodes."""
         return replace(base, node_count=node_count)
 
+    def moved_to(self, offer: offers.Offer) -> PoolPlan:
+        """This plan after capacity failover moved the pool to ``offer`` (another zone or
+        region of the same instance type)."""
+        return replace(self, choice=replace(self.choice, offer=offer))
+
     def bootstrap_plan(self, address: NodeAddress, outputs: ClusterOutputs) -> BootstrapPlan:
         """How to bootstrap ``address``: etcd on the head, this pool's volumes everywhere."""
         from skyward_iac.orchestration.collections import head_etcd_plan
@@ -176,9 +181,12 @@ class PoolPlan:
 
     def usd_per_hour(self, request: ClusterRequest) -> float:
         """The estimated USD/hour of the nodes ``request`` declares, each at its market's price
-        (nodes the spot fallback moved on demand at the on-demand one)."""
+        (nodes the spot fallback moved on demand at the on-demand one), in the region the
+        request is in (capacity failover may have moved it)."""
+        choice = self.choice if request.offer is None else replace(self.choice,
+                                                                    offer=request.offer)
         try:
-            return offers.hourly_cost(self.choice, request.node_count, request.on_demand_nodes)
+            return offers.hourly_cost(choice, request.node_count, request.on_demand_nodes)
         except Exception:  # noqa: BLE001 - an estimate only
             return 0.0
 

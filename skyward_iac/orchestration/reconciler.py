@@ -18,10 +18,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from skyward_iac.infra.failover import Alternative, alternatives, up_with_failover
+from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.spot_fallback import up_with_spot_fallback
 from skyward_iac.infra.stack import ClusterStack
 from skyward_iac.observability.engine_events import EngineEventTranslator
-from skyward_iac.observability.events import Error, Event, InstanceReplaced
+from skyward_iac.observability.events import (
+    Error,
+    Event,
+    InstanceReplaced,
+    ProvisionRetried,
+)
 from skyward_iac.orchestration.collections import node_config
 from skyward_iac.orchestration.dispatch import Dispatcher
 from skyward_iac.orchestration.membership import ConvergeStep, Membership, converge_step, next_retry
@@ -32,6 +39,9 @@ from skyward_iac.outputs import ClusterOutputs
 log = logging.getLogger("skyward")
 #: Longest wait between two attempts of a failing stack update.
 MAX_BACKOFF = 60.0
+#: Places (zones, regions) a new pool tries when capacity is refused, unless
+#: Options(max_provision_attempts) says otherwise.
+DEFAULT_PLACES = 3
 
 
 class Reconciler:
@@ -132,9 +142,8 @@ class Reconciler:
         self.stack.set_request(request)
         log.info("stack %s: %s", name, step.describe(declared).removeprefix("skyward: "))
         translator = EngineEventTranslator(name, "up", self._engine_event)
-        outputs, self.request = up_with_spot_fallback(
-            self.stack, request, translator, message=step.describe(declared),
-            replace_nodes=step.replace)
+        outputs, self.request = self._up(request, translator, message=step.describe(declared),
+                                         replace_nodes=step.replace)
         self.outputs = outputs
         # The update recreated the lost nodes and removed the retired ones: none of their old
         # processes runs any more, so their held calls may go elsewhere.
@@ -145,6 +154,30 @@ class Reconciler:
         self._tell_peers(outputs)
         for index in step.start:
             self._starts.submit(self._start, index, outputs)
+
+    def _up(self, request: ClusterRequest, translator: EngineEventTranslator,
+            **up_options: Any) -> tuple[ClusterOutputs, ClusterRequest]:
+        """One stack update (with the spot fallback); a pool none of whose nodes exists yet
+        moves to the next zone or region when capacity is refused (``infra/failover.py``)."""
+        places = alternatives(request) if self.outputs is None else []
+        limit = self.plan.options.max_provision_attempts or DEFAULT_PLACES
+
+        def up(attempted: ClusterRequest) -> tuple[ClusterOutputs, ClusterRequest]:
+            return up_with_spot_fallback(self.stack, attempted, translator, **up_options)
+
+        def move(moved: ClusterRequest, place: Alternative, attempt: int, reason: str) -> None:
+            log.warning("stack %s: no capacity (%s); trying %s (%s), place %d of at most %d",
+                        self.plan.stack_name, reason, place.where, place.why, attempt, limit)
+            assert moved.offer is not None
+            self.emit(ProvisionRetried(stack=self.plan.stack_name, attempt=attempt,
+                                       reason=reason, region=moved.offer.region,
+                                       zone=moved.zone, why=place.why))
+            self.plan = self.plan.moved_to(moved.offer)
+            self.stack.set_request(moved)
+            time.sleep(self.plan.options.provision_retry_delay or 0)
+
+        (outputs, in_force), _ = up_with_failover(up, request, places, limit, move)
+        return outputs, in_force
 
     def _engine_event(self, event: Event) -> None:
         # The pool says a node was replaced once its replacement is in service, not when the

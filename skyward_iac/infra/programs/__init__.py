@@ -50,6 +50,8 @@ class ClusterRequest:
     volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict, repr=False)
     on_demand_nodes: frozenset[int] = frozenset()
     max_nodes: int | None = None
+    #: The zone to use (capacity failover moved the pool there); None: the provider's choice.
+    zone: str | None = None
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:

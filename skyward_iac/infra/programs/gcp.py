@@ -109,7 +109,7 @@ def gcp_program(request: ClusterRequest,
     image = boot_image(plan.offer)
     common.check_disk(plan, image.min_disk_gb, image.family.rsplit("/", 1)[-1])
     provider_config = request.spec.provider
-    zone = zone_for(plan.offer, getattr(provider_config, "zone", None))
+    zone = zone_for(plan.offer, request.zone or getattr(provider_config, "zone", None))
     project = getattr(provider_config, "project", None)
 
     def program() -> None:
