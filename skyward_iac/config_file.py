@@ -74,9 +74,9 @@ def read_pools(path: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
-    if unknown := sorted(set(data) - {"pools"}):
+    if unknown := sorted(set(data) - {"pools", "state"}):
         raise ConfigError(f"{path}: unknown top-level key {unknown[0]!r}; allowed: pools "
-                          "(define pools as [pools.NAME] tables)")
+                          "(define pools as [pools.NAME] tables), state")
     pools = data.get("pools", {})
     if not isinstance(pools, dict):
         raise ConfigError(f"{path}: pools must be a table of [pools.NAME] tables, "
@@ -86,6 +86,32 @@ def read_pools(path: Path) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"{path}: pools.{name} must be a table ([pools.{name}]) of "
                               f"Spec fields, got {table!r}")
     return pools
+
+
+#: Keys of the ``[state]`` table: where the team's stacks live and how their secrets are kept.
+STATE_KEYS = ("backend", "secrets_provider")
+
+
+def state_setting(key: str, *, cwd: Path | None = None) -> str | None:
+    """``[state] key`` from skyward.toml (else defaults.toml), or None when neither sets it."""
+    assert key in STATE_KEYS
+    for path in (find_project_file(cwd), defaults_file()):
+        if path is None or not path.is_file():
+            continue
+        try:
+            with path.open("rb") as handle:
+                table = tomllib.load(handle).get("state", {})
+        except (tomllib.TOMLDecodeError, OSError) as exc:
+            raise ConfigError(f"{path}: cannot be read: {exc}") from None
+        if not isinstance(table, dict) or (unknown := sorted(set(table) - set(STATE_KEYS))):
+            raise ConfigError(f"{path}: [state] takes {', '.join(STATE_KEYS)}, got "
+                              f"{table!r}")
+        if (value := table.get(key)) is not None:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{path}: state.{key} must be a non-empty string, "
+                                  f"got {value!r}")
+            return value
+    return None
 
 
 def pool_settings(name: str, *, cwd: Path | None = None) -> dict[str, Setting]:

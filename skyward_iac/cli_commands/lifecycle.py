@@ -79,7 +79,8 @@ def run_history_records(limit: int) -> list[dict[str, Any]]:
     from skyward_iac.infra.stack import PROJECT, list_records
     from skyward_iac.infra.tags import skyward_tags
 
-    stored = state_files.read_stacks(home.state_dir(), PROJECT)
+    directory = home.file_backend()
+    stored = state_files.read_stacks(directory, PROJECT) if directory else None
     runs: list[tuple[str, dict[str, str], int, Sequence[Any] | None]]
     if stored is not None:
         runs = [(s.name, skyward_tags(s.tags), s.resource_count, s.updates) for s in stored]

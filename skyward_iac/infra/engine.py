@@ -100,10 +100,10 @@ def find_engine() -> Engine:
 
 
 def engine_env(engine: Engine) -> dict[str, str]:
-    """Environment for every Pulumi command: file backend, secrets, no network side trips."""
+    """Environment for every Pulumi command: the backend, secrets, no network side trips."""
     path = os.environ.get("PATH", "")
     return {
-        "PULUMI_BACKEND_URL": f"file://{home.state_dir()}",
+        "PULUMI_BACKEND_URL": home.backend_url(),
         "PULUMI_CONFIG_PASSPHRASE": home.passphrase(),
         "PULUMI_HOME": str(home.skyward_home() / "pulumi-home"),
         "PULUMI_SKIP_UPDATE_CHECK": "true",

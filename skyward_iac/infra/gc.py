@@ -93,7 +93,8 @@ def collect(retention_days: float | None = 30, dry_run: bool = False,
         for pid in reap_orphans():
             actions.append(Action("-", "reaped", f"provider process {pid} had outlived its "
                                                  "engine"))
-        for line in repair_state(home.state_dir()):
+        directory = home.file_backend()
+        for line in repair_state(directory) if directory else ():
             actions.append(Action("-", "repaired", line))
         known = [record.name for record in list_records(only_live=False)]
         for sandbox in orphan_sandboxes(home.local_nodes_dir(), known):

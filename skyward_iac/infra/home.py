@@ -19,6 +19,34 @@ def state_dir() -> Path:
     return _subdir("state")
 
 
+def backend_url() -> str:
+    """Where stacks live: ``$SKYWARD_BACKEND_URL``, else ``[state] backend`` in skyward.toml,
+    else the file backend in this home. Any Pulumi backend URL works (``s3://``, ``gs://``,
+    ``azblob://``, ``file://``, Pulumi Cloud)."""
+    from skyward_iac import config_file
+
+    return (os.environ.get("SKYWARD_BACKEND_URL") or config_file.state_setting("backend")
+            or f"file://{state_dir()}")
+
+
+def file_backend() -> Path | None:
+    """The directory of the backend when it is a file backend (read directly for fast
+    listings and repairs), else None."""
+    url = backend_url()
+    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+
+
+def secrets_provider() -> str | None:
+    """How stack secrets are encrypted: ``$SKYWARD_SECRETS_PROVIDER``, else ``[state]
+    secrets_provider``, else None (the passphrase). Any Pulumi provider URL works
+    (``awskms://``, ``gcpkms://``, ``azurekeyvault://``, ``hashivault://``)."""
+    from skyward_iac import config_file
+
+    value = (os.environ.get("SKYWARD_SECRETS_PROVIDER")
+             or config_file.state_setting("secrets_provider"))
+    return None if value in (None, "passphrase", "default") else value
+
+
 def workspace_dir() -> Path:
     """The persistent Pulumi project work dir (stack settings and secret salts live here)."""
     return _subdir("workspace")

@@ -94,7 +94,7 @@ def _project_dir() -> str:
     """
     work_dir = home.workspace_dir()
     project = work_dir / "Pulumi.yaml"
-    text = f"name: {PROJECT}\nruntime: python\nbackend:\n  url: file://{home.state_dir()}\n"
+    text = f"name: {PROJECT}\nruntime: python\nbackend:\n  url: {home.backend_url()}\n"
     if not project.exists() or project.read_text() != text:
         tmp = work_dir / f".Pulumi.yaml.{os.getpid()}.{threading.get_ident()}"
         tmp.write_text(text)
@@ -123,8 +123,8 @@ def _select(name: str) -> auto.Stack:
                                  opts=_workspace_options())
     except auto.errors.StackNotFoundError:
         raise StackNotFoundError(
-            f"no stack named {name!r} in {home.state_dir()} (is SKYWARD_HOME the same as when "
-            "it was created?)"
+            f"no stack named {name!r} in {home.backend_url()} (are SKYWARD_HOME and "
+            "SKYWARD_BACKEND_URL the same as when it was created?)"
         ) from None
 
 
@@ -157,9 +157,12 @@ class ClusterStack:
     @classmethod
     def create(cls, request: ClusterRequest, tags: Mapping[str, str]) -> ClusterStack:
         """Create a new stack for ``request`` and tag it; nothing is provisioned yet."""
+        options = _workspace_options()
+        if provider := home.secrets_provider():
+            options.secrets_provider = provider  # e.g. awskms://: keys never in plaintext state
         stack = auto.create_stack(
             request.stack_name, project_name=PROJECT, program=program_for(request),
-            opts=_workspace_options(),
+            opts=options,
         )
         for key, value in encode_tags(tags).items():
             stack.set_tag(TAG_PREFIX + key, value)
@@ -219,7 +222,10 @@ class ClusterStack:
 
     def stale_locks(self) -> list[Path]:
         """Lock files of this stack left by processes that died on this host."""
-        root = home.state_dir() / ".pulumi" / "locks" / "organization" / PROJECT / self.name
+        directory = home.file_backend()
+        if directory is None:
+            return []  # other backends: the engine's own lock handling (`pulumi cancel`)
+        root = directory / ".pulumi" / "locks" / "organization" / PROJECT / self.name
         stale = []
         for lock in root.glob("*.json"):
             try:
@@ -235,7 +241,8 @@ class ClusterStack:
         """Undo what a crashed update leaves: broken state files (``state_repair``), a stale
         lock (``cancel``, only when its holder is dead) and pending operations or resources
         that vanished (``refresh``)."""
-        repair_state(home.state_dir())
+        if (directory := home.file_backend()) is not None:
+            repair_state(directory)
         if self.stale_locks():
             self._stack.cancel()
         try:
@@ -320,7 +327,8 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
     ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each.
     The file backend's records are read from disk when their layout is known (no command).
     """
-    stored = state_files.read_stacks(home.state_dir(), PROJECT)
+    directory = home.file_backend()
+    stored = state_files.read_stacks(directory, PROJECT) if directory else None
     if stored is not None:
         return [StackRecord(s.name, skyward_tags(s.tags), s.resource_count) for s in stored]
     options = _workspace_options()

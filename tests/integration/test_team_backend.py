@@ -1,0 +1,87 @@
+"""A pool whose stack lives in a shared S3 backend with secrets under KMS: moto's S3 and KMS on
+loopback, the real engine, a real Local pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+import skyward_iac as sky
+from skyward_iac.infra import engine
+from skyward_iac.infra.stack import list_records
+from tests.s3_server import S3Server
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "team-state"
+
+
+@sky.function
+def answer() -> int:
+    return 42
+
+
+@pytest.fixture
+def team_backend(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """This session's pools use an S3 backend and an awskms:// key, both on moto."""
+    client = {"endpoint_url": server.endpoint, "region_name": "us-east-1",
+              "aws_access_key_id": server.access_key,
+              "aws_secret_access_key": server.secret_key}
+    boto3.client("s3", **client).create_bucket(Bucket=BUCKET)
+    key = boto3.client("kms", **client).create_key()["KeyMetadata"]["KeyId"]
+    host = server.endpoint.removeprefix("http://")
+    env = {
+        "SKYWARD_BACKEND_URL": f"s3://{BUCKET}?endpoint={host}&s3ForcePathStyle=true"
+                               "&disableSSL=true&region=us-east-1",
+        "SKYWARD_SECRETS_PROVIDER": f"awskms://{key}?region=us-east-1&awssdk=v2",
+        "AWS_ENDPOINT_URL_KMS": server.endpoint,
+        "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key,
+        "AWS_REGION": "us-east-1",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    yield {**env, "endpoint": server.endpoint, **client}
+
+
+def state_objects(team: dict[str, str]) -> dict[str, bytes]:
+    """Every object of the backend bucket, by key."""
+    s3 = boto3.client("s3", endpoint_url=team["endpoint"], region_name="us-east-1",
+                      aws_access_key_id=team["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=team["AWS_SECRET_ACCESS_KEY"])
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    return {k: s3.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in keys}
+
+
+def test_a_pool_lives_in_the_shared_backend_with_kms_secrets(team_backend: dict[str, str]
+                                                             ) -> None:
+    with sky.Compute(provider=sky.Local(), nodes=1,
+                     options=sky.Options(console=False, gc_on_start=False)) as pool:
+        assert (answer() >> pool) == 42
+        name = pool.stack_name
+        live = {r.name: r.resource_count for r in list_records()}
+        assert live.get(name, 0) > 0, "the pool's stack is not listed from the S3 backend"
+        listed = subprocess.run([sys.executable, "-m", "skyward_iac.cli", "ls", "--json"],
+                                capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert listed.returncode == 0, listed.stderr
+        assert name in listed.stdout  # `skyward-iac ls` (another process) sees it too
+        exported = subprocess.run(
+            [str(engine.find_engine().binary), "stack", "export", "--stack",
+             f"organization/skyward/{name}", "--show-secrets=false"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+            env={**os.environ, **engine.engine_env(engine.find_engine())},
+        )
+        assert exported.returncode == 0, exported.stderr
+        state = json.loads(exported.stdout)
+        assert "awskms://" in json.dumps(state["deployment"]["secrets_providers"])
+        objects = state_objects(team_backend)
+        assert any(name in key for key in objects), sorted(objects)
+        # No key material or token in plaintext anywhere in the backend.
+        for key, body in objects.items():
+            assert b"PRIVATE KEY" not in body, f"plaintext private key in {key}"
+    assert {r.name: r.resource_count for r in list_records()}[name] == 0
