@@ -103,7 +103,7 @@ def state_setting(key: str, *, cwd: Path | None = None) -> str | None:
                 table = tomllib.load(handle).get("state", {})
         except (tomllib.TOMLDecodeError, OSError) as exc:
             raise ConfigError(f"{path}: cannot be read: {exc}") from None
-        if not isinstance(table, dict) or (unknown := sorted(set(table) - set(STATE_KEYS))):
+        if not isinstance(table, dict) or set(table) - set(STATE_KEYS):
             raise ConfigError(f"{path}: [state] takes {', '.join(STATE_KEYS)}, got "
                               f"{table!r}")
         if (value := table.get(key)) is not None:

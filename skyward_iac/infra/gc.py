@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from skyward_iac.api.errors import StackBusyError
 from skyward_iac.infra import home
+from skyward_iac.infra.leases import lapsed
 from skyward_iac.infra.local_node import orphan_sandboxes
 from skyward_iac.infra.provider_host import reap_orphans
 from skyward_iac.infra.state_repair import repair as repair_state
@@ -47,12 +48,21 @@ def collect_reason(record: StackRecord, now: datetime, host: str,
     expires = record.tags.get("expires_at", "never")
     if expires == "never" or datetime.fromisoformat(expires) > now:
         return None
-    if not owner_gone(record.tags, host, alive):
-        return None
     warm_until = record.tags.get("warm_until")
     if warm_until and datetime.fromisoformat(warm_until) > now:
         return None  # a keeper keeps it for the next equal pool (it destroys it itself)
-    return f"expired at {expires} and its owner ({record.tags.get('owner', '?')}) is gone"
+    owner = record.tags.get("owner", "?")
+    lease = lapsed(record.tags, now)
+    if lease is True:  # from any machine: nobody renewed it
+        return f"its lease lapsed at {record.tags['lease_until']} (owner {owner})"
+    same_host_dead = record.tags.get("host") == host and owner_gone(record.tags, host, alive)
+    if lease is False:
+        # A live lease: only this machine, which can see its owner is dead, may collect early.
+        return f"expired at {expires} and its owner ({owner}) is gone" if same_host_dead \
+            else None
+    if not owner_gone(record.tags, host, alive):  # a stack from before leases
+        return None
+    return f"expired at {expires} and its owner ({owner}) is gone"
 
 
 def prune_reason(record: StackRecord, now: datetime, retention: timedelta) -> str | None:

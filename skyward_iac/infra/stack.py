@@ -27,6 +27,7 @@ from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFound
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra import engine, home, state_files
 from skyward_iac.infra.engine_command import EngineCommand
+from skyward_iac.infra.leases import LEASE_UNTIL
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import (
@@ -305,6 +306,10 @@ class ClusterStack:
         """Tag the stack as destroyed from outside its pool (before destroying it), so its
         owner, if it still runs, stops instead of recreating its nodes."""
         self._stack.set_tag(TAG_PREFIX + DOWN_BY, by)
+
+    def renew_lease(self, until: str) -> None:
+        """Move the stack's lease forward to ``until`` (ISO time): ``gc`` leaves it alone."""
+        self._stack.set_tag(TAG_PREFIX + LEASE_UNTIL, until)
 
     def set_warm(self, until: str | None) -> None:
         """Tag the stack as kept warm until ``until`` (ISO time), or no longer (None)."""

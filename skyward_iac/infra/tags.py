@@ -17,12 +17,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from skyward_iac.api.spec import Spec
+from skyward_iac.infra.leases import lease_end
 
 #: Prefix of every skyward tag in the backend (``skyward:owner``...).
 TAG_PREFIX = "skyward:"
 #: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) stay separate; the
 #: rest travel in one JSON tag, because every tag costs the engine one command.
-SEPARATE_TAGS = ("owner", "expires_at", "provider", "down_by", "warm_until")
+SEPARATE_TAGS = ("owner", "expires_at", "provider", "down_by", "warm_until", "lease_until")
 #: Set (to ``user@host``) by whoever destroys a pool's stack from outside it (``skyward-iac
 #: down``, gc): the owner, if it still runs, must not bring the nodes back.
 DOWN_BY = "down_by"
@@ -71,6 +72,8 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
         "accelerator": f"{accelerator.count:g}x{accelerator.name}" if accelerator else "cpu",
         "allocation": spec.allocation,
         "usd_per_hour": f"{usd_per_hour:.4f}",
+        # The first lease; the owner renews it while the pool lives (infra/leases.py).
+        **({"lease_until": lease_end(spec.ttl, now)} if spec.ttl else {}),
         **owner_tags(),
     }
 

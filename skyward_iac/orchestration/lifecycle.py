@@ -21,6 +21,7 @@ from skyward_iac.api.errors import NodeConnectionError, ProvisionError, StackBus
 from skyward_iac.api.plugin import Cluster
 from skyward_iac.infra import gc
 from skyward_iac.infra.cloud_credentials import require_credentials
+from skyward_iac.infra.leases import LeaseRenewer
 from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.stack import ClusterStack
 from skyward_iac.infra.tags import stack_tags
@@ -73,6 +74,7 @@ class PoolLifecycle:
         self.plan = plan
         self.events = events
         self.stack: ClusterStack | None = None
+        self._lease: LeaseRenewer | None = None
         self.pool: Pool | None = None
         #: Seconds spent in each phase: create, up, nodes (until ready), destroy.
         self.timings: dict[str, float] = {}
@@ -187,6 +189,9 @@ class PoolLifecycle:
         """Back to a cold start after a failed adoption: the warm nodes are the keeper's again."""
         if self.nodes.heartbeat is not None:
             self.nodes.heartbeat.stop()
+        if self._lease is not None:
+            self._lease.stop()  # the stack is the keeper's again
+            self._lease = None
         if self.reconciler is not None:
             self.reconciler.stop(0)
         for node in self.membership.nodes():
@@ -203,6 +208,9 @@ class PoolLifecycle:
         if plan.spec.ttl:
             self.nodes.heartbeat = Heartbeat(plan.spec.ttl, self.nodes.silent, plan.stack_name)
             self._teardown.add("heartbeat", self.nodes.heartbeat.stop)
+            self._lease = LeaseRenewer(plan.stack_name, plan.spec.ttl,
+                                       self.stack.renew_lease).start()
+            self._teardown.add("lease", self._lease.stop)
         launch = self.nodes.launch(options.ssh_timeout or 30.0, options.ssh_retry_interval or 1.0,
                                    plan.node_plugins)
         self.reconciler = Reconciler(plan, self.stack, self.membership, self.dispatcher, launch,
