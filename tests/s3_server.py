@@ -96,3 +96,23 @@ def storage(server: S3Server) -> Storage:
     """A Storage client for ``server`` with its keys."""
     return Storage(server.endpoint, access_key=server.access_key, secret_key=server.secret_key,
                    path_style=True)
+
+
+def team_state_env(server: S3Server, bucket: str) -> dict[str, str]:
+    """What points a skyward home at a shared state on ``server``: a new ``bucket`` as the
+    backend and a new KMS key as the secrets provider (moto speaks both)."""
+    import boto3
+
+    client = {"endpoint_url": server.endpoint, "region_name": "us-east-1",
+              "aws_access_key_id": server.access_key,
+              "aws_secret_access_key": server.secret_key}
+    boto3.client("s3", **client).create_bucket(Bucket=bucket)
+    key = boto3.client("kms", **client).create_key()["KeyMetadata"]["KeyId"]
+    host = server.endpoint.removeprefix("http://")
+    return {
+        "SKYWARD_BACKEND_URL": f"s3://{bucket}?endpoint={host}&s3ForcePathStyle=true"
+                               "&disableSSL=true&region=us-east-1",
+        "SKYWARD_SECRETS_PROVIDER": f"awskms://{key}?region=us-east-1&awssdk=v2",
+        "AWS_ENDPOINT_URL_KMS": server.endpoint, "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key,
+    }

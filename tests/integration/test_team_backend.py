@@ -16,7 +16,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.infra import engine
 from skyward_iac.infra.stack import list_records
-from tests.s3_server import S3Server
+from tests.s3_server import S3Server, team_state_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "team-state"
@@ -30,23 +30,10 @@ def answer() -> int:
 @pytest.fixture
 def team_backend(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """This session's pools use an S3 backend and an awskms:// key, both on moto."""
-    client = {"endpoint_url": server.endpoint, "region_name": "us-east-1",
-              "aws_access_key_id": server.access_key,
-              "aws_secret_access_key": server.secret_key}
-    boto3.client("s3", **client).create_bucket(Bucket=BUCKET)
-    key = boto3.client("kms", **client).create_key()["KeyMetadata"]["KeyId"]
-    host = server.endpoint.removeprefix("http://")
-    env = {
-        "SKYWARD_BACKEND_URL": f"s3://{BUCKET}?endpoint={host}&s3ForcePathStyle=true"
-                               "&disableSSL=true&region=us-east-1",
-        "SKYWARD_SECRETS_PROVIDER": f"awskms://{key}?region=us-east-1&awssdk=v2",
-        "AWS_ENDPOINT_URL_KMS": server.endpoint,
-        "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key,
-        "AWS_REGION": "us-east-1",
-    }
+    env = team_state_env(server, BUCKET)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    yield {**env, "endpoint": server.endpoint, **client}
+    yield {**env, "endpoint": server.endpoint}
 
 
 def state_objects(team: dict[str, str]) -> dict[str, bytes]:

@@ -16,11 +16,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 
 from skyward_iac.infra.leases import MIN_LEASE
-from tests.s3_server import S3Server
+from tests.s3_server import S3Server, team_state_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = ROOT / "tests" / "chaos" / "child_pool.py"
@@ -42,21 +41,7 @@ def as_host(host: str, command: list[str]) -> list[str]:
 @pytest.fixture
 def shared(server: S3Server, tmp_path: Path) -> Iterator[dict[str, dict[str, str]]]:
     """The environments of machine A and machine B: separate homes, one backend and KMS key."""
-    client = {"endpoint_url": server.endpoint, "region_name": "us-east-1",
-              "aws_access_key_id": server.access_key,
-              "aws_secret_access_key": server.secret_key}
-    boto3.client("s3", **client).create_bucket(Bucket=BUCKET)
-    key = boto3.client("kms", **client).create_key()["KeyMetadata"]["KeyId"]
-    host = server.endpoint.removeprefix("http://")
-    common = {
-        **os.environ,
-        "SKYWARD_BACKEND_URL": f"s3://{BUCKET}?endpoint={host}&s3ForcePathStyle=true"
-                               "&disableSSL=true&region=us-east-1",
-        "SKYWARD_SECRETS_PROVIDER": f"awskms://{key}?region=us-east-1&awssdk=v2",
-        "AWS_ENDPOINT_URL_KMS": server.endpoint, "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key,
-        "PYTHONPATH": str(ROOT),
-    }
+    common = {**os.environ, **team_state_env(server, BUCKET), "PYTHONPATH": str(ROOT)}
     homes = {}
     for machine in ("a", "b"):
         (tmp_path / machine).mkdir()
