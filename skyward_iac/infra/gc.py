@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from skyward_iac.api.errors import StackBusyError
 from skyward_iac.infra import home
 from skyward_iac.infra.leases import lapsed
-from skyward_iac.infra.local_node import orphan_sandboxes
+from skyward_iac.infra.local_node import orphan_sandboxes, sandbox_dirs
 from skyward_iac.infra.provider_host import reap_orphans
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import StackRecord, process_started
@@ -106,8 +106,11 @@ def collect(retention_days: float | None = 30, dry_run: bool = False,
         directory = home.file_backend()
         for line in repair_state(directory) if directory else ():
             actions.append(Action("-", "repaired", line))
+        # Sandboxes first, stacks second: a node's stack exists before its sandbox does, so a
+        # pool being created right now is always among the stacks listed after.
+        sandboxes = sandbox_dirs(home.local_nodes_dir())
         known = [record.name for record in list_records(only_live=False)]
-        for sandbox in orphan_sandboxes(home.local_nodes_dir(), known):
+        for sandbox in orphan_sandboxes(sandboxes, known, home.backend_url()):
             stop_sandbox(sandbox)
             actions.append(Action(sandbox.parent.name, "reaped",
                                   f"Local node sandbox {sandbox.name} had no stack"))

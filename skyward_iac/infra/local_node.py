@@ -134,6 +134,9 @@ class LocalNodeProvider(ResourceProvider):
             stop_sandbox(sandbox)
         for sub in ("etc", "run", "log", "work"):
             (sandbox / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Which backend's stack owns it (the engine that runs this provider says): gc treats
+        # it as an orphan only when that backend no longer has the stack.
+        (sandbox / BACKEND_FILE).write_text(os.environ.get("PULUMI_BACKEND_URL", ""))
         user = props.get("user") or getpass.getuser()
         address, port = _free_address(22 if os.geteuid() == 0 else None)
         host_key = generate_keypair(f"skyward-{props['stack']}-node-{int(props['index'])}")
@@ -198,14 +201,33 @@ class LocalNodeProvider(ResourceProvider):
             stop_sandbox(Path(props["sandbox"]))
 
 
-def orphan_sandboxes(root: Path, stacks: Iterable[str]) -> list[Path]:
-    """Node sandboxes under ``root`` (``<root>/<stack>/node-N``) whose stack does not exist
-    any more: what a node dropped from a lost state left running."""
-    known = set(stacks)
+def sandbox_dirs(root: Path) -> list[Path]:
+    """Every node sandbox under ``root`` (``<root>/<stack>/node-N``)."""
     if not root.is_dir():
         return []
-    return sorted(node for stack in root.iterdir() if stack.is_dir() and stack.name not in known
+    return sorted(node for stack in root.iterdir() if stack.is_dir()
                   for node in stack.glob("node-*") if node.is_dir())
+
+
+#: Where a sandbox records the backend its stack lives in.
+BACKEND_FILE = "run/backend"
+
+
+def orphan_sandboxes(sandboxes: Iterable[Path], stacks: Iterable[str],
+                     backend: str) -> list[Path]:
+    """The ``sandboxes`` of ``backend`` whose stack is not among ``stacks`` (that backend's):
+    what a node dropped from a lost state left running. A sandbox of another backend is never
+    one. List the sandboxes before the stacks (see ``gc.collect``)."""
+    known = set(stacks)
+
+    def recorded(node: Path) -> str | None:
+        try:
+            return (node / BACKEND_FILE).read_text().strip()
+        except OSError:
+            return None
+
+    return [node for node in sandboxes
+            if node.parent.name not in known and recorded(node) == backend]
 
 
 def _in_cgroup(group: Path | None, command: list[str]) -> list[str]:

@@ -104,3 +104,20 @@ def test_a_warm_pool_is_left_to_its_keeper_until_its_warm_time_is_over() -> None
                           lambda pid, started: False) is None
     assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), NOW, "here",
                           lambda pid, started: False) is not None
+
+
+def test_orphan_sandboxes_are_those_of_this_backend_without_a_stack(tmp_path: Path) -> None:
+    from skyward_iac.infra.local_node import BACKEND_FILE, orphan_sandboxes, sandbox_dirs
+
+    def sandbox(stack: str, backend: str | None) -> Path:
+        node = tmp_path / stack / "node-0"
+        (node / "run").mkdir(parents=True)
+        if backend is not None:
+            (node / BACKEND_FILE).write_text(backend)
+        return node
+
+    live, orphan = sandbox("live", "file:///a"), sandbox("gone", "file:///a")
+    other_backend, unknown = sandbox("elsewhere", "s3://b"), sandbox("old", None)
+    found = sandbox_dirs(tmp_path)
+    assert set(found) == {live, orphan, other_backend, unknown}
+    assert orphan_sandboxes(found, ["live"], "file:///a") == [orphan]
