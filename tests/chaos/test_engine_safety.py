@@ -160,7 +160,7 @@ def _cmdline(pid: int) -> bytes:
 
 
 def test_ctrl_c_during_destroy_never_leaves_an_unreadable_stack() -> None:
-    runs = 5  # each run checks the policy itself (the engine never sees the Ctrl+C); 10 took 3.5 min
+    runs = 5  # each run checks the policy (the engine never sees the Ctrl+C); 10 took 3.5 min
     for _ in range(runs):
         child = Child(nodes=2, ttl=30, mode="exit")
         child.wait_for(r"destroying")
