@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.infra.leases import MIN_LEASE
-from tests.s3_server import S3Server, team_state_env
+from tests.s3_server import s3_server, team_state_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = ROOT / "tests" / "chaos" / "child_pool.py"
@@ -39,22 +39,29 @@ def as_host(host: str, command: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def shared(server: S3Server, tmp_path: Path) -> Iterator[dict[str, dict[str, str]]]:
-    """The environments of machine A and machine B: separate homes, one backend and KMS key."""
-    common = {**os.environ, **team_state_env(server, BUCKET), "PYTHONPATH": str(ROOT)}
-    homes = {}
-    for machine in ("a", "b"):
-        (tmp_path / machine).mkdir()
-        homes[machine] = {**common, "SKYWARD_HOME": str(tmp_path / machine)}
-    yield homes
+def shared(tmp_path: Path) -> Iterator[dict[str, dict[str, str]]]:
+    """The environments of machine A and machine B: separate homes, one S3 backend on a moto
+    server of this test's own (so its traffic never slows another test's server). Secrets use
+    a shared passphrase: leases need no KMS, and test_team_backend covers awskms://."""
+    with s3_server() as server:
+        state = team_state_env(server, BUCKET)
+        state.pop("SKYWARD_SECRETS_PROVIDER")
+        common = {**os.environ, **state, "PYTHONPATH": str(ROOT),
+                  "PULUMI_CONFIG_PASSPHRASE": "team-shared-passphrase"}
+        homes = {}
+        for machine in ("a", "b"):
+            (tmp_path / machine).mkdir()
+            homes[machine] = {**common, "SKYWARD_HOME": str(tmp_path / machine)}
+        yield homes
 
 
 def skyward_iac(env: dict[str, str], host: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(as_host(host, [sys.executable, "-m", "skyward_iac.cli", *args]),
-                          env=env, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=150, cwd=ROOT,
                           stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.timeout(600)
 def test_gc_from_another_machine_respects_the_lease(shared: dict[str, dict[str, str]]) -> None:
     a, b = shared["a"], shared["b"]
     owner = subprocess.Popen(as_host("machine-a", [sys.executable, str(CHILD), "1", str(TTL),
