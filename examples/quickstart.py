@@ -6,6 +6,7 @@ functions on the nodes over SSH, prints the results, and destroys the stack on e
 
 import skyward_iac as sky
 
+
 @sky.function
 def hello(x: int) -> str:
     import os

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from skyward_iac import plugins
-from skyward_iac.api import accelerators, metrics, time
+from skyward_iac.api import accelerators, containers, metrics, time
 from skyward_iac.api import storage_presets as storage
+from skyward_iac.api.containers import DockerImage
 from skyward_iac.api.errors import (
     BootstrapError,
     BucketNotFoundError,
@@ -99,7 +100,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DistributedSampler", "PluginError", "plugins",
-    "AWS", "AcceleratorInfo", "BootstrapError", "CallbackWriter", "Compute", "ConfigError",
+    "AWS", "AcceleratorInfo", "DockerImage", "containers", "BootstrapError", "CallbackWriter", "Compute", "ConfigError",
     "EngineNotFoundError", "Function", "GCP", "HealthChecker", "HostKeyMismatchError", "Image",
     "InstanceInfo",
     "Local", "MultiPool", "NetworkInfo", "NoActivePoolError", "NodeConnectionError", "Nodes",

@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -163,9 +164,36 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
+#: The label on a node's container (``remote/container.py``): the node's workdir.
+CONTAINER_LABEL = "skyward-iac.workdir"
+
+
+def remove_containers(sandbox: Path) -> list[str]:
+    """Remove the Docker containers of nodes whose workdir is inside ``sandbox`` (a Local
+    node's ``container_image``: Docker's processes live outside the sandbox's cgroup).
+    Returns their ids; a machine without Docker has none."""
+    if shutil.which("docker") is None:
+        return []
+    try:
+        listed = subprocess.run(
+            ["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}", "--format",
+             f'{{{{.ID}}}} {{{{index .Labels "{CONTAINER_LABEL}"}}}}'],
+            capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    root = str(sandbox).rstrip("/") + "/"
+    ids = [cid for cid, _, workdir in (line.partition(" ") for line in listed.stdout.splitlines())
+           if (workdir.rstrip("/") + "/").startswith(root)]
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=60, check=False)
+    return ids
+
+
 def stop_sandbox(sandbox: Path, grace: float = 5.0) -> None:
-    """Stop every process of a sandbox and remove it: its cgroup is killed at once, the
-    processes found by scanning get TERM, then KILL after ``grace``."""
+    """Stop every process of a sandbox and remove it: its containers are removed and its
+    cgroup killed at once, the processes found by scanning get TERM, then KILL after
+    ``grace``."""
+    remove_containers(sandbox)
     group = sandbox_cgroup(sandbox)
     if group is not None:
         kill_cgroup(group)

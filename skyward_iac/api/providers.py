@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from skyward_iac.api.containers import DockerImage, image_reference
 from skyward_iac.api.model import UserModel
 
 
 class _ProviderConfig(UserModel):
-    pass
+    #: Run each node's bootstrap and agent inside this image with Docker (host network, the
+    #: node's GPUs); None runs them on the node's own OS.
+    container_image: DockerImage | None = None
+
+    @field_validator("container_image", mode="before")
+    @classmethod
+    def _image(cls, value: Any) -> Any:
+        return image_reference(value) if isinstance(value, str) else value
 
 
 class Local(_ProviderConfig):

@@ -322,6 +322,16 @@ class Spec(_Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def _local_container_without_volumes(self) -> Spec:
+        if (self.provider.kind == "local" and self.provider.container_image is not None
+                and self.volumes):
+            raise ValueError(
+                "a Local node mounts its volumes in a mount namespace of its own, which a "
+                "Docker container cannot see: use container_image or volumes on Local, not both"
+            )
+        return self
+
     @field_validator("ttl", mode="before")
     @classmethod
     def _ttl(cls, value: Any) -> Any:

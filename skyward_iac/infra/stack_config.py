@@ -39,8 +39,10 @@ ACCELERATOR_KEYS = ("accelerator", "acceleratorCount", "acceleratorMemory",
 #: Stack config key -> provider field, per provider.
 PROVIDER_KEYS: dict[str, dict[str, str]] = {
     "local": {},
-    "aws": {"sshCidr": "ssh_cidr", "useDefaultVpc": "use_default_vpc"},
-    "gcp": {"sshCidr": "ssh_cidr", "project": "project", "zone": "zone"},
+    "aws": {"sshCidr": "ssh_cidr", "useDefaultVpc": "use_default_vpc",
+            "containerImage": "container_image"},
+    "gcp": {"sshCidr": "ssh_cidr", "project": "project", "zone": "zone",
+            "containerImage": "container_image"},
 }
 PROVIDER_CLASSES: dict[str, type[Local | AWS | GCP]] = {
     "local": Local, "aws": AWS, "gcp": GCP}

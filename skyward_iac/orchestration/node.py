@@ -14,6 +14,7 @@ from typing import Any
 
 import fabric
 
+from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.api.spec import Options, Spec
 from skyward_iac.observability.events import (
@@ -23,6 +24,7 @@ from skyward_iac.observability.events import (
     InstanceBootstrapped,
 )
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
+from skyward_iac.remote import container as docker
 from skyward_iac.remote import ssh
 from skyward_iac.remote.agent_client import AgentClient, OnLost, Submission
 from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
@@ -62,7 +64,8 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
     wanted = client_minor if spec.image.python == "auto" else spec.image.python
     uv: str | None = None
     python = wanted
-    if spec.provider.kind == "local":
+    image_ref = spec.provider.container_image
+    if spec.provider.kind == "local" and image_ref is None:
         import uv as uv_package
 
         uv = uv_package.find_uv_bin()
@@ -89,6 +92,12 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
         preemption=spec.provider.kind if spec.provider.kind in ("aws", "gcp") else None,
+        container=None if image_ref is None else docker.ContainerPlan(
+            image=image_ref.tag, name=docker.container_name(address.workdir),
+            devices=docker.devices_for(vendor_of(spec.accelerator.name)
+                                       if spec.accelerator else None),
+            binds=tuple(volume.mount for volume in spec.volumes),
+            install=spec.provider.kind != "local"),
     )
 
 
@@ -206,7 +215,10 @@ class Node:
         """Kill the node's agent and every worker of it over SSH, so none of its tasks runs on;
         True once nothing of them is left (False: unreachable, the stack must remove it)."""
         try:
-            result = self.connection.run(fence_command(self.address.workdir), hide=True,
+            command = fence_command(self.address.workdir)
+            if self.plan is not None and self.plan.container is not None:  # container pids
+                command = docker.inside(self.plan.container, command)
+            result = self.connection.run(command, hide=True,
                                          warn=True, timeout=timeout, in_stream=False)
         except Exception as exc:  # noqa: BLE001 - unreachable: the caller falls back
             log.info("node %d: fencing over SSH failed: %s", self.index, exc)

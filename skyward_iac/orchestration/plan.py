@@ -28,6 +28,7 @@ from skyward_iac.infra.stack import new_stack_name
 from skyward_iac.orchestration import warm
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.plugins import _client as plugins
+from skyward_iac.remote import container
 from skyward_iac.remote.bootstrap import BootstrapPlan
 from skyward_iac.remote.includes import IncludesArchive, build_archive
 from skyward_iac.remote.volumes import mount_plan
@@ -200,6 +201,7 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
     options = options or Options()
     choice = resolve_spec(tuple(specs), name, fields, options.selection)
     spec = choice.spec
+    _check_local_container(spec)
     nodes = spec.nodes.desired
     stack_name = new_stack_name(spec)
     # Plugins edit the image and name their bootstrap steps now: a failing hook (named in the
@@ -222,6 +224,16 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
                     plugin_steps=steps,
                     node_plugins=plugins.node_plugins(spec.plugins),
                     includes=_includes(spec))
+
+
+def _check_local_container(spec: Spec) -> None:
+    """A Local ``container_image`` needs a Docker engine and the image on this machine (a
+    Local pool installs and pulls nothing)."""
+    image = spec.provider.container_image
+    if spec.provider.kind == "local" and image is not None:
+        if problem := container.local_engine_problem(image.tag):
+            raise ConfigError(f"sky.Local(container_image={image.tag!r}): {problem}; Local "
+                              "runs containers only with a Docker engine and the image here")
 
 
 def _includes(spec: Spec) -> IncludesArchive | None:

@@ -28,7 +28,9 @@ from invoke.exceptions import CommandTimedOut
 from skyward_iac.api import metrics
 from skyward_iac.api.errors import BootstrapError
 from skyward_iac.api.metrics import MetricSpec
+from skyward_iac.remote import container as docker
 from skyward_iac.remote.bootstrap_progress import StepUpdate, StepWatcher, redact
+from skyward_iac.remote.container import ContainerPlan
 from skyward_iac.remote.includes import IncludesArchive
 from skyward_iac.remote.volumes import MountPlan
 
@@ -93,6 +95,8 @@ class BootstrapPlan:
     steps: tuple[tuple[str, str], ...] = ()
     #: The cloud whose preemption notices the agent watches (``--preemption aws|gcp``).
     preemption: str | None = None
+    #: Run everything after the container's start inside this image (``container.py``).
+    container: ContainerPlan | None = None
     timeout: float = 300.0
 
 
@@ -152,11 +156,33 @@ _INSTALL = '"$UV" pip install --quiet --compile-bytecode --python "$W/venv/bin/p
 
 def steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
     """The script's steps in order: ``(name, shell lines)``; names are what events report."""
+    return host_steps(plan) + node_steps(plan)
+
+
+def host_steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
+    """What runs on the node's own OS before the rest: with a container image, everything up
+    to the running container (its bucket volumes are mounted here and bound in); without
+    one, only the cloud-init wait."""
+    container = plan.container
+    found: list[tuple[str, list[str]] | None] = [
+        ("cloud-init", _cloud_init_lines()) if plan.cloud_init else None,
+    ]
+    if container is not None:
+        found += [
+            ("docker", docker.engine_lines(container)),
+            ("container image", docker.image_lines(container)),
+            ("volumes", list(plan.volumes.mount)) if plan.volumes.mount else None,
+            ("container", docker.run_lines(container)),
+        ]
+    return [step for step in found if step is not None]
+
+
+def node_steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
+    """What runs where the tasks will run (inside the container when there is one)."""
     q = shlex.quote
     default_pip, index_pip = route_packages(plan.pip, plan.pip_indexes)
     pins = " ".join(q(p) for p in node_requirements(plan))
     found: list[tuple[str, list[str]] | None] = [
-        ("cloud-init", _cloud_init_lines()) if plan.cloud_init else None,
         ("apt packages", _apt_lines(plan.apt)) if plan.apt else None,
         ("python environment", _python_lines(plan)),
         # Offline first: a warm uv cache makes this a sub-second hard-link job.
@@ -170,7 +196,8 @@ def steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
         ("includes", _includes_lines(plan.includes)) if plan.includes else None,
         *((name, [command]) for name, command in plan.steps),
         ("etcd", _etcd_lines(plan.etcd)) if plan.etcd else None,
-        ("volumes", list(plan.volumes.mount)) if plan.volumes.mount else None,
+        ("volumes", list(plan.volumes.mount))
+        if plan.volumes.mount and plan.container is None else None,
         ("shell vars", [line for name, command in plan.shell_vars.items()
                         for line in (f"{name}=$({command}\n)", f"export {name}")])
         if plan.shell_vars else None,
@@ -183,22 +210,44 @@ def steps(plan: BootstrapPlan) -> list[tuple[str, list[str]]]:
 NODE_LOG_REDACTION = r"s#(://)[^/[:space:]:@]+:[^/[:space:]@]+@#\1***@#g"
 
 
+#: The in-container half of the bootstrap, beside ``bootstrap.sh`` in the workdir.
+NODE_SCRIPT = "bootstrap-node.sh"
+
+
 def script(plan: BootstrapPlan) -> str:
-    """The bash script that prepares the node and prints ``::agent-port N`` at the end."""
+    """The bash script that prepares the node and prints ``::agent-port N`` at the end; with a
+    container image it runs ``node_script`` inside the container for the second half."""
     lines = [
         *_PREAMBLE,
-        f"W={shlex.quote(plan.workdir)}",
-        'cd "$W" && mkdir -p run log lib && chmod 700 "$W"',
+        *_workdir_lines(plan),
         # A copy of everything the bootstrap prints stays on the node for `skyward-iac logs`,
         # with URL credentials hidden as the client hides them (bootstrap_progress.redact).
         f"exec > >(sed -u -E {shlex.quote(NODE_LOG_REDACTION)} | tee -a log/bootstrap.log) 2>&1",
         'touch "$W/heartbeat"',
+    ]
+    for name, body in host_steps(plan):
+        lines += [f"step {shlex.quote(name)}", *body]
+    if plan.container is not None:
+        return "\n".join([*lines, docker.enter_line(plan.container, NODE_SCRIPT)]) + "\n"
+    return "\n".join([*lines, *_step_lines(node_steps(plan))]) + "\n"
+
+
+def node_script(plan: BootstrapPlan) -> str:
+    """The in-container half (``NODE_SCRIPT``); its output reaches the host script's log."""
+    return "\n".join([*_PREAMBLE, *_workdir_lines(plan), *_step_lines(node_steps(plan))]) + "\n"
+
+
+def _workdir_lines(plan: BootstrapPlan) -> list[str]:
+    return [
+        f"W={shlex.quote(plan.workdir)}",
+        'cd "$W" && mkdir -p run log lib && chmod 700 "$W"',
         # The Image's variables hold for every step (UV_*, PIP_* reach the installs) and the agent.
         *(f"export {name}={shlex.quote(value)}" for name, value in plan.env.items()),
     ]
-    for name, body in steps(plan):
-        lines += [f"step {shlex.quote(name)}", *body]
-    return "\n".join(lines) + "\n"
+
+
+def _step_lines(found: list[tuple[str, list[str]]]) -> list[str]:
+    return [line for name, body in found for line in (f"step {shlex.quote(name)}", *body)]
 
 
 def _index_name(url: str) -> str:
@@ -330,13 +379,15 @@ def can_ship_uv(node_machine: str, client_machine: str | None = None,
         == same.get(client_machine.lower(), client_machine.lower()))
 
 
-def _find_or_ship_uv(conn: fabric.Connection, sftp: Any, workdir: str) -> str | None:
+def _find_or_ship_uv(conn: fabric.Connection, sftp: Any, workdir: str,
+                     in_container: bool = False) -> str | None:
     """The node's own uv, else the client's uploaded when the node can run it, else None
-    (the script then installs uv itself)."""
+    (the script then installs uv itself). A container sees only the workdir of the node's
+    files, so there the client's uv is always uploaded into it."""
     probe = conn.run("uname -m; command -v uv || true", hide=True, warn=True, in_stream=False,
                      timeout=30)
     machine, _, found = probe.stdout.strip().partition("\n")
-    if found.strip():
+    if found.strip() and not in_container:
         return found.strip()
     return upload_uv(sftp, workdir) if can_ship_uv(machine) else None
 
@@ -370,13 +421,16 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str,
     sftp = conn.client.open_sftp()
     try:
         if plan.uv is None:
-            plan = replace(plan, uv=_find_or_ship_uv(conn, sftp, workdir))
+            plan = replace(plan, uv=_find_or_ship_uv(conn, sftp, workdir,
+                                                      plan.container is not None))
         if plan.skyward_source == "local":
             _put(sftp, f"{workdir}/project.tgz", project_archive(), 0o600)
         if plan.includes is not None:
             _put(sftp, f"{workdir}/includes.tgz", plan.includes.data, 0o600)
         _put(sftp, f"{workdir}/agent.token", token.encode(), 0o600)
         _put(sftp, f"{workdir}/bootstrap.sh", script(plan).encode(), 0o700)
+        if plan.container is not None:
+            _put(sftp, f"{workdir}/{NODE_SCRIPT}", node_script(plan).encode(), 0o700)
         if plan.etcd is not None:
             _mkdirs(sftp, f"{workdir}/{ETCD_CERTS}")
             for name, pem in (("ca.crt", plan.etcd.ca_pem), ("server.crt", plan.etcd.cert_pem),

@@ -23,6 +23,7 @@ EXPECTED = {
     "elastic_pool.py": "grew to 3 and shrank back to 1",
     "preemption_recovery.py": "node 1 serves again: 49",
     "warm_pool.py": "same workers: True",
+    "container_image.py": "cuda image: nvidia/cuda:12.8.1-runtime-ubuntu24.04",
 }
 
 

@@ -147,9 +147,9 @@ def test_an_unknown_pool_lists_the_defined_ones(project: Path, home: Path) -> No
      "pools.p.provider: a provider table needs kind = one of 'local', 'aws', 'gcp'"),
     ("[pools.p]\nprovider = { kind = 'aws', regoin = 'x' }\n",
      "pools.p.provider.regoin: unknown option for provider 'aws' (did you mean 'region'?); "
-     "allowed: region, use_default_vpc, ssh_cidr"),
+     "allowed: container_image, region, use_default_vpc, ssh_cidr"),
     ("[pools.p]\nprovider = { kind = 'local', region = 'x' }\n",
-     "pools.p.provider.region: unknown option for provider 'local'; allowed: none"),
+     "pools.p.provider.region: unknown option for provider 'local'; allowed: container_image"),
     ("[pools.p]\nprovider = { kind = 'aws', use_default_vpc = 'maybe' }\n",
      "pools.p.provider: use_default_vpc: Input should be a valid boolean"),
     ("[pools.p]\nprovider = 'local'\naccelerator = 'A101'\n",

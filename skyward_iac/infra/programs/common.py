@@ -31,8 +31,9 @@ from skyward_iac.infra.tags import stack_tags
 
 SSH_PORT = 22
 ETCD_PORTS = (2379, 2380)
-#: Root disk when the spec does not say: images with GPU drivers are large.
-DEFAULT_DISK_GB = {"cpu": 30, "accelerated": 100}
+#: Root disk when the spec does not say: images with GPU drivers are large, and a container
+#: image (``container_image``) is pulled and unpacked beside the OS.
+DEFAULT_DISK_GB = {"cpu": 30, "container": 60, "accelerated": 100}
 CALLER_IP_URL = "https://checkip.amazonaws.com"
 SELF = "self"
 
@@ -85,7 +86,8 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
         raise ConfigError(f"max_lifetime must be a positive number of seconds, "
                           f"got {request.max_lifetime}")
     accelerated = offer.accelerator is not None
-    disk_gb = spec.disk_gb or DEFAULT_DISK_GB["accelerated" if accelerated else "cpu"]
+    disk_gb = spec.disk_gb or DEFAULT_DISK_GB[
+        "accelerated" if accelerated else "container" if spec.provider.container_image else "cpu"]
     return ClusterPlan(
         stack_name=request.stack_name, offer=offer, market=market,
         node_count=request.node_count, disk_gb=disk_gb, ttl=spec.ttl,
