@@ -74,9 +74,9 @@ def read_pools(path: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
-    if unknown := sorted(set(data) - {"pools", "state"}):
+    if unknown := sorted(set(data) - {"pools", "state", "policy"}):
         raise ConfigError(f"{path}: unknown top-level key {unknown[0]!r}; allowed: pools "
-                          "(define pools as [pools.NAME] tables), state")
+                          "(define pools as [pools.NAME] tables), state, policy")
     pools = data.get("pools", {})
     if not isinstance(pools, dict):
         raise ConfigError(f"{path}: pools must be a table of [pools.NAME] tables, "

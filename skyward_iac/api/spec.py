@@ -196,6 +196,10 @@ class Worker(_Frozen):
         return "process" if self.executor == "process" else "thread"
 
 
+_TAG_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_TAG_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+
+
 class Options(_Frozen):
     """Operational knobs of a pool; defaults are sensible."""
 
@@ -235,8 +239,25 @@ class Options(_Frozen):
                     "it); a backstop beside the ttl for a hung node. None: no cap")
     cluster: bool | None = Field(
         default=None, description="False: no etcd and no collections for this pool")
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="your tags on the stack and every cloud resource (e.g. team, cost center); "
+                    "lowercase letters, digits, '_' and '-', at most 63 characters each")
     health_checker: HealthChecker | None = Field(
         default=None, description="a probe run on every node; nodes failing it are replaced")
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not _TAG_KEY.match(key) or key.startswith("skyward"):
+                raise ValueError(f"tag keys must start with a lowercase letter and hold only "
+                                 f"lowercase letters, digits, '_' and '-' (at most 63), and not "
+                                 f"start with 'skyward'; got {key!r}")
+            if not isinstance(text, str) or not _TAG_VALUE.match(text):
+                raise ValueError(f"tag values must be lowercase letters, digits, '_' and '-' "
+                                 f"(at most 63; GCP labels allow no more); got {key}={text!r}")
+        return value
 
     @property
     def collections(self) -> bool:

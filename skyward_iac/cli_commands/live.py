@@ -42,6 +42,10 @@ class LiveStack:
     owner_running: bool
     #: Until when a keeper keeps the stack's idle nodes for the next equal pool ("" if not).
     warm_until: str = ""
+    #: Until when the owner's lease holds the stack against gc ("" for stacks without one).
+    lease_until: str = ""
+    #: Seconds the lease has left (negative: lapsed that long ago); None without a lease.
+    lease_left_s: float | None = None
 
 
 def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
@@ -57,7 +61,25 @@ def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
         cost_usd=round(hourly * max(age or 0.0, 0.0) / 3600, 4),
         expires_at=tags.get("expires_at", "never"), owner_running=owner_running,
         warm_until=tags.get("warm_until", ""),
+        lease_until=tags.get("lease_until", ""),
+        lease_left_s=_seconds_until(tags.get("lease_until"), now),
     )
+
+
+def _seconds_until(when: str | None, now: datetime) -> float | None:
+    try:
+        return round((datetime.fromisoformat(when) - now).total_seconds(), 1) if when else None
+    except ValueError:
+        return None
+
+
+def lease_text(row: LiveStack) -> str:
+    """``ls``'s lease column: ``23s left``, ``lapsed 4m ago``, or ``-`` without a lease."""
+    if row.lease_left_s is None:
+        return "-"
+    if row.lease_left_s >= 0:
+        return f"{human_age(row.lease_left_s)} left"
+    return f"lapsed {human_age(-row.lease_left_s)} ago"
 
 
 def human_age(seconds: float | None) -> str:
@@ -129,12 +151,13 @@ def run_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no live stacks")
         return OK
-    print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'COST':>9}  {'EXPIRES':<25} OWNER")
+    print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'COST':>9}  {'LEASE':<16} OWNER")
     for row in rows:
         state = (f"warm until {row.warm_until}" if row.warm_until
-                 else "running" if row.owner_running else "gone")
+                 else "running" if row.owner_running
+                 else "alive elsewhere" if (row.lease_left_s or -1) >= 0 else "gone")
         print(f"{row.stack:<44} {row.nodes:>5} {human_age(row.age_s):>7} "
-              f"${row.cost_usd:>8.4f}  {row.expires_at:<25} {row.owner} ({state})")
+              f"${row.cost_usd:>8.4f}  {lease_text(row):<16} {row.owner} ({state})")
     return OK
 
 

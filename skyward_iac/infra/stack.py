@@ -35,6 +35,7 @@ from skyward_iac.infra.tags import (
     TAG_PREFIX,
     WARM_UNTIL,
     StackRecord,
+    decode_tags,
     encode_tags,
     skyward_tags,
 )
@@ -320,6 +321,16 @@ class ClusterStack:
                 self._stack.remove_tag(TAG_PREFIX + WARM_UNTIL)
             except auto.errors.CommandError:
                 pass  # it had none
+
+    def update_tags(self, changes: Mapping[str, str]) -> None:
+        """Rewrite some of the stack's tags (``nodes``, ``usd_per_hour`` after a resize) in
+        their stored form; only the stored tags that change are written."""
+        stored = {key.removeprefix(TAG_PREFIX): value
+                  for key, value in self._stack.workspace.list_tags(self.name).items()
+                  if key.startswith(TAG_PREFIX)}
+        for key, value in encode_tags({**decode_tags(stored), **changes}).items():
+            if stored.get(key) != value:
+                self._stack.set_tag(TAG_PREFIX + key, value)
 
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""

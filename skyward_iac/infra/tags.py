@@ -23,6 +23,8 @@ from skyward_iac.infra.leases import lease_end
 TAG_PREFIX = "skyward:"
 #: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) stay separate; the
 #: rest travel in one JSON tag, because every tag costs the engine one command.
+#: The prefix of the user's own tags (``Options.tags``) among a stack's tags.
+USER_TAG = "tag."
 SEPARATE_TAGS = ("owner", "expires_at", "provider", "down_by", "warm_until", "lease_until")
 #: Set (to ``user@host``) by whoever destroys a pool's stack from outside it (``skyward-iac
 #: down``, gc): the owner, if it still runs, must not bring the nodes back.
@@ -56,8 +58,10 @@ def owner_tags() -> dict[str, str]:
 
 
 def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
-               usd_per_hour: float = 0.0) -> dict[str, str]:
-    """The tags every stack carries, read by ``gc``, ``history`` and ops teams."""
+               usd_per_hour: float = 0.0,
+               user_tags: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The tags every stack carries, read by ``gc``, ``history`` and ops teams; the user's
+    (``Options.tags``) as ``tag.KEY``."""
     now = now or datetime.now(UTC)
     accelerator = spec.accelerator
     return {
@@ -75,6 +79,7 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
         # The first lease; the owner renews it while the pool lives (infra/leases.py).
         **({"lease_until": lease_end(spec.ttl, now)} if spec.ttl else {}),
         **owner_tags(),
+        **{f"{USER_TAG}{key}": value for key, value in (user_tags or {}).items()},
     }
 
 

@@ -22,6 +22,7 @@ from skyward_iac.api.plugin import Cluster
 from skyward_iac.infra import gc
 from skyward_iac.infra.cloud_credentials import require_credentials
 from skyward_iac.infra.leases import LeaseRenewer
+from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.stack import ClusterStack
 from skyward_iac.infra.tags import stack_tags
@@ -39,6 +40,7 @@ from skyward_iac.observability.logging import configure_logging
 from skyward_iac.orchestration import warm
 from skyward_iac.orchestration.autoscaler import Autoscaler
 from skyward_iac.orchestration.collections import ClientCollections
+from skyward_iac.orchestration.cost import CostMeter
 from skyward_iac.orchestration.dispatch import Dispatcher
 from skyward_iac.orchestration.health import HealthMonitor
 from skyward_iac.orchestration.heartbeat import Heartbeat
@@ -80,6 +82,9 @@ class PoolLifecycle:
         self.timings: dict[str, float] = {}
         self._teardown = Teardown(plan.stack_name)
         self._started_at = time.monotonic()
+        #: USD so far, from launch, at the rate of whatever the stack declares (``_applied``).
+        self.cost = CostMeter(plan.usd_per_hour(plan.request))
+        self._tagged = (plan.bounds.desired, f"{self.cost.rate:.4f}")
         self._ready_at: float | None = None
         self._closed = threading.Event()
         self._how = "pool closed"
@@ -149,7 +154,8 @@ class PoolLifecycle:
             # Other stacks only: it runs beside this pool's provisioning, not before it.
             threading.Thread(target=_collect_garbage, name="skyward-gc", daemon=True).start()
         with self._phase("create"):
-            tags = stack_tags(plan.spec, plan.bounds.desired, usd_per_hour=self.usd_per_hour())
+            tags = stack_tags(plan.spec, plan.bounds.desired, usd_per_hour=self.usd_per_hour(),
+                              user_tags=plan.options.tags)
             self.stack = ClusterStack.create(plan.request, tags)
         self._beat_and_converge()
         log.info("stack %s: bringing up %d node(s)", name, plan.bounds.desired)
@@ -164,6 +170,7 @@ class PoolLifecycle:
         update and no bootstrap. False (the pool given back) when that fails."""
         pool, original = claim.pool, self.plan
         self.plan = self.plan.adopting(pool.stack, pool.node_count, pool.on_demand_nodes)
+        self.cost.set_rate(self.plan.usd_per_hour(self.plan.request))
         self._teardown.stack = pool.stack
         self._announce()
         self.stack = ClusterStack.select(pool.stack, lazy=True)
@@ -215,6 +222,7 @@ class PoolLifecycle:
                                    plan.node_plugins)
         self.reconciler = Reconciler(plan, self.stack, self.membership, self.dispatcher, launch,
                                      self.events.emit, self.nodes.gone)
+        self.reconciler.on_applied = self._applied
         self._teardown.add("stack updates", self._reconciler_stop)
 
     def _run(self) -> None:
@@ -370,7 +378,7 @@ class PoolLifecycle:
         log.info("stack %s: destroyed in %.1fs", name, self.timings["destroy"])
         self.events.emit(ClusterDestroyed(stack=name, duration=self.timings["destroy"],
                                           uptime=uptime,
-                                          cost_usd=self.usd_per_hour() * uptime / 3600))
+                                          cost_usd=self.cost.total()))
         self.stack = None
 
     # ---- small things --------------------------------------------------------------------------
@@ -378,6 +386,20 @@ class PoolLifecycle:
     def usd_per_hour(self) -> float:
         request = self.reconciler.request if self.reconciler is not None else self.plan.request
         return self.plan.usd_per_hour(request)
+
+    def _applied(self, request: ClusterRequest) -> None:
+        """A stack update put ``request`` in force: the cost meter runs at its rate, and the
+        stack's ``nodes``/``usd_per_hour`` tags say what it declares now."""
+        rate = self.plan.usd_per_hour(request)
+        self.cost.set_rate(rate)
+        tagged = (request.node_count, f"{rate:.4f}")
+        if self.stack is None or tagged == self._tagged:
+            return
+        try:
+            self.stack.update_tags({"nodes": str(tagged[0]), "usd_per_hour": tagged[1]})
+            self._tagged = tagged
+        except Exception as exc:  # noqa: BLE001 - a stale tag must not stop the pool
+            log.warning("stack %s: updating its tags failed: %s", self.plan.stack_name, exc)
 
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:

@@ -21,7 +21,7 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.runtime import AcceleratorInfo, InstanceInfo, PeerInfo
 from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
 from skyward_iac.api.volumes import volume_keys
-from skyward_iac.infra import offers
+from skyward_iac.infra import offers, policy
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import new_stack_name
@@ -217,13 +217,31 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
                                                                              spec.provider.kind),
                              offer=choice.offer, collections=options.collections,
                              created_at=datetime.now(UTC), max_nodes=bounds.ceiling,
-                             max_lifetime=options.max_lifetime)
+                             max_lifetime=options.max_lifetime, tags=dict(options.tags))
+    _check_policy(spec, options, choice, bounds)
     program_for(request)  # an unsupported provider fails here, before provisioning
     return PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
                     request=request, bounds=bounds, run_id=stack_name,
                     plugin_steps=steps,
                     node_plugins=plugins.node_plugins(spec.plugins),
                     includes=_includes(spec))
+
+
+def _check_policy(spec: Spec, options: Options, choice: offers.Choice, bounds: Bounds) -> None:
+    """The team's guardrails (``infra/policy.py``), before anything is provisioned."""
+    rules = policy.load()
+    if not rules:
+        return
+    local = spec.provider.kind == "local"
+    try:
+        usd = 0.0 if local else offers.hourly_cost(choice, bounds.ceiling)
+    except Exception:  # noqa: BLE001 - no price: the cost rule cannot hold it back
+        usd = 0.0
+    policy.check(rules, policy.PoolFacts(
+        provider=spec.provider.kind, region=None if local else choice.offer.region,
+        instance_type=None if local else choice.offer.instance_type, usd_per_hour=usd,
+        max_nodes=bounds.ceiling, ttl=spec.ttl, max_lifetime=options.max_lifetime,
+        tags=options.tags))
 
 
 def _check_local_container(spec: Spec) -> None:

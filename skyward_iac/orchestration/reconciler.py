@@ -59,6 +59,8 @@ class Reconciler:
         self.emit = emit
         #: Called with (index, connection) when a node leaves for good (stop its heartbeat).
         self.on_node_gone = on_node_gone
+        #: Called with the request each stack update put in force (its size, its fallbacks).
+        self.on_applied: Callable[[ClusterRequest], Any] | None = None
         #: The request in force (with any fallback it took) and the last update's outputs.
         self.request = plan.request
         self.outputs: ClusterOutputs | None = None
@@ -145,6 +147,8 @@ class Reconciler:
         outputs, self.request = self._up(request, translator, message=step.describe(declared),
                                          replace_nodes=step.replace)
         self.outputs = outputs
+        if self.on_applied is not None:
+            self.on_applied(self.request)
         # The update recreated the lost nodes and removed the retired ones: none of their old
         # processes runs any more, so their held calls may go elsewhere.
         for index in (*step.replace, *step.retire):

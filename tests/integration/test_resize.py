@@ -35,11 +35,13 @@ def test_a_fixed_pool_grows_and_shrinks_with_engine_progress_on_the_console(
         assert total() @ pool == [3, 3, 3]  # every node was told the new size
         assert ClusterStack.select(name).resource_count() >= 4  # credentials + 3 nodes
         assert "create node-2 (LocalNode)" in grown, grown  # the engine's progress, live
+        assert ClusterStack.select(name).tags()["nodes"] == "3"  # tags say what runs now
         pool.resize(1)
         shrunk = capfd.readouterr().err
         assert pool.current_nodes() == 1
         assert whoami() @ pool == [0]
         assert "delete node-2 (LocalNode)" in shrunk, shrunk
+        assert ClusterStack.select(name).tags()["nodes"] == "1"
         history = ClusterStack.select(name).history()
         assert any("resize 1 -> 3" in (u.message or "") for u in history)
         assert any("resize 3 -> 1" in (u.message or "") for u in history)

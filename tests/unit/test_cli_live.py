@@ -9,7 +9,13 @@ from datetime import UTC, datetime
 import pytest
 
 from skyward_iac.cli import main, parser
-from skyward_iac.cli_commands.live import PrefixedLines, describe, human_age, tail_command
+from skyward_iac.cli_commands.live import (
+    PrefixedLines,
+    describe,
+    human_age,
+    lease_text,
+    tail_command,
+)
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -22,6 +28,18 @@ def test_describe_measures_age_and_cost_to_now() -> None:
     assert row.cost_usd == 3.0  # 1.5 h at $2/h
     assert (row.nodes, row.resources, row.provider, row.owner) == (4, 9, "aws", "ana@box")
     assert row.expires_at == "2026-01-02T10:40:00+00:00" and row.owner_running is False
+
+
+@pytest.mark.parametrize(("lease_until", "shown"), [
+    ("2026-01-02T12:00:25+00:00", "25s left"),
+    ("2026-01-02T11:56:00+00:00", "lapsed 4m ago"),
+    (None, "-"),
+])
+def test_ls_shows_the_lease(lease_until: str | None, shown: str) -> None:
+    tags = {"owner": "bo@laptop", **({"lease_until": lease_until} if lease_until else {})}
+    row = describe("gcp-bo-x", tags, 3, NOW, owner_running=False)
+    assert lease_text(row) == shown
+    assert row.lease_until == (lease_until or "")
 
 
 def test_describe_tolerates_a_stack_without_tags() -> None:

@@ -52,6 +52,8 @@ class ClusterRequest:
     max_nodes: int | None = None
     #: The zone to use (capacity failover moved the pool there); None: the provider's choice.
     zone: str | None = None
+    #: The user's tags (``Options.tags``), on every resource beside skyward's own.
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 def program_for(request: ClusterRequest) -> Callable[[], None]:

@@ -130,10 +130,12 @@ def check_disk(plan: ClusterPlan, image_min_gb: int, image: str) -> None:
 
 
 def resource_tags(request: ClusterRequest) -> dict[str, str]:
-    """Tags on every resource: stack, owner and expires_at (as on the stack itself)."""
+    """Tags on every resource: the user's (``Options.tags``), then stack, owner and
+    expires_at (as on the stack itself), which the user's cannot override."""
     created = request.created_at or datetime.now(UTC)
     stack = stack_tags(request.spec, request.node_count, now=created)
     return {
+        **request.tags,
         "skyward-stack": request.stack_name,
         "skyward-owner": stack["owner"],
         "skyward-expires-at": stack["expires_at"],

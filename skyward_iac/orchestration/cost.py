@@ -1,0 +1,40 @@
+"""What a pool has cost so far: its USD/hour integrated over time, from launch.
+
+The rate changes when a resize, a spot fallback or a capacity failover changes the nodes the
+stack declares; each change starts a new segment, so the total is what the nodes cost at the
+rates they ran at, not the final rate times the whole uptime.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class CostMeter:
+    """USD so far at a piecewise-constant rate; thread-safe."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rate = rate
+        self._since = clock()
+        self._spent = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    def set_rate(self, usd_per_hour: float) -> bool:
+        """From now on the pool costs ``usd_per_hour``; True if that is a change."""
+        with self._lock:
+            now = self._clock()
+            self._spent += self._rate * (now - self._since) / 3600
+            self._since, changed, self._rate = now, usd_per_hour != self._rate, usd_per_hour
+            return changed
+
+    def total(self) -> float:
+        """USD spent from launch until now."""
+        with self._lock:
+            return self._spent + self._rate * (self._clock() - self._since) / 3600
