@@ -239,6 +239,10 @@ class Options(_Frozen):
                     "it); a backstop beside the ttl for a hung node. None: no cap")
     cluster: bool | None = Field(
         default=None, description="False: no etcd and no collections for this pool")
+    plan: str | None = Field(
+        default=None,
+        description="a plan file from `skyward-iac plan`: bring up exactly that reviewed "
+                    "stack (pulumi up --plan); a pool that differs from it is refused")
     tags: dict[str, str] = Field(
         default_factory=dict,
         description="your tags on the stack and every cloud resource (e.g. team, cost center); "

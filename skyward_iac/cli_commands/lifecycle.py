@@ -14,8 +14,9 @@ def add_commands(commands: Any) -> None:
     gc = commands.add_parser(
         "gc", help="destroy stacks whose owner is gone and whose expiry passed; prune old ones")
     gc.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
-    gc.add_argument("--retention-days", type=float, default=30.0,
-                    help="remove destroyed stacks' records older than this (default 30)")
+    gc.add_argument("--retention-days", type=float, default=None,
+                    help="also remove destroyed stacks' records older than this many days "
+                         "(default: never; history is an audit record)")
     gc.add_argument("--json", action="store_true", help="machine-readable output")
     gc.set_defaults(run=run_gc)
     history = commands.add_parser("history", help="past and live runs, newest first")

@@ -17,7 +17,7 @@ from skyward_iac.infra.stack_config import PROVIDERS
 
 
 def add_parser(commands: Any) -> None:
-    """Register ``preview`` on the root parser's sub-commands."""
+    """Register ``preview`` and ``plan`` on the root parser's sub-commands."""
     parser = commands.add_parser(
         "preview", help="what a pool would create and cost (pulumi preview; nothing is created)",
         description="Run a real `pulumi preview` of the stack sky.Compute would create for "
@@ -25,6 +25,31 @@ def add_parser(commands: Any) -> None:
                     "and the estimated cost from the offer catalog (Local costs 0).",
     )
     parser.add_argument("--provider", choices=PROVIDERS, required=True)
+    _spec_flags(parser)
+    parser.add_argument("--hours", type=float, default=1.0,
+                        help="estimate the cost of this many hours (default: 1)")
+    parser.add_argument("--diff", action="store_true", help="also print the engine's diff")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(run=run, parser=parser)
+    planner = commands.add_parser(
+        "plan", help="create a pool's stack and save a reviewed plan of it (--out FILE)",
+        description="Create the stack a pool would get, preview it with an update plan "
+                    "(pulumi preview --save-plan) and write the plan file. A pool started with "
+                    "sky.Options(plan=FILE) brings up exactly that stack (pulumi up --plan) and "
+                    "is refused if it asks for anything else.")
+    source = planner.add_mutually_exclusive_group(required=True)
+    source.add_argument("--provider", choices=PROVIDERS)
+    source.add_argument("--pool", metavar="NAME", help="a [pools.NAME] of skyward.toml")
+    _spec_flags(planner)
+    planner.add_argument("--out", required=True, metavar="FILE", help="where to write the plan")
+    planner.add_argument("--max-lifetime", type=positive(int), metavar="SECONDS",
+                         help="Options(max_lifetime) of the pool that will apply it")
+    planner.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                         help="Options(tags) of the pool that will apply it (repeatable)")
+    planner.set_defaults(run=run_plan, parser=planner)
+
+
+def _spec_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=positive(int), default=1, help="nodes (default: 1)")
     add_hardware_flags(parser)
     parser.add_argument("--disk-gb", type=positive(int), help="root disk per node")
@@ -32,20 +57,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--project", help="GCP project")
     parser.add_argument("--zone", help="GCP zone")
     parser.add_argument("--ssh-cidr", help="who may reach SSH (default: your public /32)")
-    parser.add_argument("--hours", type=float, default=1.0,
-                        help="estimate the cost of this many hours (default: 1)")
-    parser.add_argument("--diff", action="store_true", help="also print the engine's diff")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(run=run, parser=parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Preview one pool; exit code 1 on a bad request, a missing engine or plugin."""
-    from skyward_iac.orchestration.preview import preview
-
+def _spec(args: argparse.Namespace) -> Any:
+    """The Spec the flags describe."""
     check_hardware_flags(args.parser, args)
-    if args.hours < 0:
-        args.parser.error(f"--hours must be >= 0, got {args.hours:g}")
     cloud_only = {"project": args.project, "zone": args.zone, "sshCidr": args.ssh_cidr}
     if args.provider == "local" and (given := [k for k, v in cloud_only.items() if v]):
         args.parser.error(f"--provider local takes no {', '.join(given)}")
@@ -55,7 +71,16 @@ def run(args: argparse.Namespace) -> int:
         settings.update(project=args.project, zone=args.zone, sshCidr=args.ssh_cidr)
     elif args.provider == "aws":
         settings.update(sshCidr=args.ssh_cidr)
-    result = preview(spec_from_args(args.provider, settings), hours=args.hours)
+    return spec_from_args(args.provider, settings)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Preview one pool; exit code 1 on a bad request, a missing engine or plugin."""
+    from skyward_iac.orchestration.preview import preview
+
+    if args.hours < 0:
+        args.parser.error(f"--hours must be >= 0, got {args.hours:g}")
+    result = preview(_spec(args), hours=args.hours)
     if args.json:
         report = result.to_dict()
         if args.diff:
@@ -74,6 +99,30 @@ def run(args: argparse.Namespace) -> int:
              " (estimated spot price: the shipped catalog's typical figure, not a quote; "
              "`skyward-iac offers refresh` fetches live prices)" if result.choice.estimated
              else " (catalog prices, not live quotes)"))
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Create the pool's stack, preview it with an update plan, write the plan file."""
+    from pathlib import Path
+
+    from skyward_iac.api.spec import Options
+    from skyward_iac.orchestration.preview import save_reviewed_plan
+
+    tags = dict(tag.partition("=")[::2] for tag in args.tag)
+    if bad := [tag for tag in args.tag if "=" not in tag]:
+        args.parser.error(f"--tag takes KEY=VALUE, got {bad[0]!r}")
+    options = Options(max_lifetime=args.max_lifetime, tags=tags)
+    if args.pool:
+        planned, reviewed = save_reviewed_plan((), args.pool, options, {}, Path(args.out))
+    else:
+        planned, reviewed = save_reviewed_plan((_spec(args),), None, options, {},
+                                               Path(args.out))
+    print(planned.text.rstrip() + "\n")
+    print(f"stack {reviewed.stack}: planned changes ({_counts(planned.changes)}), "
+          f"estimated ${reviewed.usd_per_hour:.4f}/h")
+    print(f"plan written to {args.out}; apply it with "
+          f"sky.Compute(..., options=sky.Options(plan={args.out!r}))")
     return 0
 
 

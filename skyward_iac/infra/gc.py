@@ -89,7 +89,7 @@ class Action:
     reason: str
 
 
-def collect(retention_days: float | None = 30, dry_run: bool = False,
+def collect(retention_days: float | None = None, dry_run: bool = False,
             only: Iterable[str] | None = None, this_host_only: bool = False) -> list[Action]:
     """Destroy stale stacks and, unless ``retention_days`` is None, prune empty ones older
     than the retention. ``this_host_only`` limits gc to stacks this machine created (the quick

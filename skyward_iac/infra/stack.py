@@ -143,6 +143,8 @@ class ClusterStack:
         self._resolved = stack
         self._name = name or (stack.name if stack is not None else "")
         self._resolving = threading.Lock()
+        #: An engine update plan the next ``up`` must follow (a reviewed plan), then none.
+        self.plan_file: Path | None = None
 
     @property
     def name(self) -> str:
@@ -184,10 +186,12 @@ class ClusterStack:
         """Provision (or converge) the stack and return its outputs; ``refresh`` first reads
         every resource back, so a node that vanished is noticed and created again;
         ``replace_nodes`` are recreated even though they still exist (unhealthy, preempted)."""
+        plan, self.plan_file = self.plan_file, None  # a reviewed plan binds the first up only
         try:
             result = self._stack.up(on_output=on_output or log.debug, color="never",
                                     refresh=refresh, message=message, on_event=on_event,
-                                    replace=self._node_urns(replace_nodes) or None)
+                                    replace=self._node_urns(replace_nodes) or None,
+                                    plan=str(plan) if plan else None)
         except auto.errors.CommandError as exc:
             raise _engine_error("up", self.name, exc) from None
         return parse_outputs(result.outputs)
@@ -255,8 +259,10 @@ class ClusterStack:
         except auto.errors.CommandError as exc:
             raise _engine_error("refresh", self.name, exc) from None
 
-    def preview(self, on_output: Callable[[str], Any] | None = None) -> Plan:
-        """Run ``pulumi preview --diff`` and return what an ``up`` would change; nothing is."""
+    def preview(self, on_output: Callable[[str], Any] | None = None,
+                save_plan: Path | None = None) -> Plan:
+        """Run ``pulumi preview --diff`` and return what an ``up`` would change; nothing is.
+        ``save_plan``: also write the engine's update plan there (``--save-plan``)."""
         steps: dict[str, auto.StepEventMetadata] = {}
 
         def on_event(event: auto.EngineEvent) -> None:
@@ -268,7 +274,8 @@ class ClusterStack:
 
         try:
             result = self._stack.preview(on_output=on_output or log.debug, on_event=on_event,
-                                         diff=True, color="never")
+                                         diff=True, color="never",
+                                         plan=str(save_plan) if save_plan else None)
         except auto.errors.CommandError as exc:
             raise _engine_error("preview", self.name, exc) from None
         # Events arrive in the engine's (parallel) order; sort so two previews read the same.

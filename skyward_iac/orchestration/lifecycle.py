@@ -37,7 +37,7 @@ from skyward_iac.observability.events import (
     Error,
 )
 from skyward_iac.observability.logging import configure_logging
-from skyward_iac.orchestration import warm
+from skyward_iac.orchestration import reviewed, warm
 from skyward_iac.orchestration.autoscaler import Autoscaler
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.cost import CostMeter
@@ -156,7 +156,10 @@ class PoolLifecycle:
         with self._phase("create"):
             tags = stack_tags(plan.spec, plan.bounds.desired, usd_per_hour=self.usd_per_hour(),
                               user_tags=plan.options.tags)
-            self.stack = ClusterStack.create(plan.request, tags)
+            if plan.reviewed is not None:
+                self.stack = reviewed.take(plan.reviewed, tags)
+            else:
+                self.stack = ClusterStack.create(plan.request, tags)
         self._beat_and_converge()
         log.info("stack %s: bringing up %d node(s)", name, plan.bounds.desired)
         assert self.reconciler is not None

@@ -25,7 +25,7 @@ from skyward_iac.infra import offers, policy
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.stack import new_stack_name
-from skyward_iac.orchestration import warm
+from skyward_iac.orchestration import reviewed, warm
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.plugins import _client as plugins
 from skyward_iac.remote import container
@@ -103,6 +103,9 @@ class PoolPlan:
     node_plugins: bytes | None = None
     #: The Image's includes packed once: every node, late or replacement, gets the same code.
     includes: IncludesArchive | None = field(default=None, repr=False)
+
+    #: The reviewed plan this pool brings up (``Options(plan=...)``), None for a new stack.
+    reviewed: Any = None
 
     #: The name this run's collections and ``instance_info().job_id`` go by (a warm pool's
     #: stack outlives its runs, each of which starts with empty collections).
@@ -220,11 +223,14 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
                              max_lifetime=options.max_lifetime, tags=dict(options.tags))
     _check_policy(spec, options, choice, bounds)
     program_for(request)  # an unsupported provider fails here, before provisioning
-    return PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
+    plan = PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
                     request=request, bounds=bounds, run_id=stack_name,
                     plugin_steps=steps,
                     node_plugins=plugins.node_plugins(spec.plugins),
                     includes=_includes(spec))
+    if options.plan is not None:
+        plan = reviewed.bind(plan, reviewed.load(options.plan))
+    return plan
 
 
 def _check_policy(spec: Spec, options: Options, choice: offers.Choice, bounds: Bounds) -> None:

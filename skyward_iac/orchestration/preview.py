@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from skyward_iac.api.errors import ConfigError
@@ -17,6 +18,8 @@ from skyward_iac.infra import engine
 from skyward_iac.infra.offers import Choice
 from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.stack import ClusterStack, Plan
+from skyward_iac.infra.tags import stack_tags
+from skyward_iac.orchestration import reviewed
 from skyward_iac.orchestration.plan import plan_pool
 
 
@@ -56,6 +59,23 @@ class Preview:
             "hours": self.hours,
             "estimate_usd": round(self.estimate, 6),
         }
+
+
+def save_reviewed_plan(specs: tuple[Spec, ...], name: str | None, options: Options,
+                       fields: dict[str, Any], out: Path) -> tuple[Any, Any]:
+    """``skyward-iac plan``: create the pool's stack (kept, empty) and write its reviewed plan
+    to ``out``. Returns (the previewed changes, the ``ReviewedPlan``)."""
+    plan = plan_pool(specs, name, options, fields)
+    engine.find_engine()
+    require_plugin(plan.provider)
+    tags = stack_tags(plan.spec, plan.bounds.desired, usd_per_hour=plan.usd_per_hour(
+        plan.request), user_tags=options.tags)
+    stack = ClusterStack.create(plan.request, {**tags, "planned_to": str(out)})
+    try:
+        return reviewed.save(plan, stack, out)
+    except BaseException:
+        stack.remove()
+        raise
 
 
 def preview(*specs: Spec, options: Options | None = None, hours: float = 1.0,
