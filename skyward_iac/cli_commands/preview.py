@@ -47,6 +47,16 @@ def add_parser(commands: Any) -> None:
     planner.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                          help="Options(tags) of the pool that will apply it (repeatable)")
     planner.set_defaults(run=run_plan, parser=planner)
+    applier = commands.add_parser(
+        "apply", help="bring a reviewed plan's pool up and keep it warm for its user",
+        description="Bring up the stack of a plan made by `skyward-iac plan` (pulumi up --plan; "
+                    "refused if the pool differs from the reviewed one), bootstrap its nodes "
+                    "and leave them warm: the next sky.Compute with the same spec adopts them "
+                    "in a fraction of a second. Unclaimed, they are destroyed after --keep-warm.")
+    applier.add_argument("plan", help="the plan file")
+    applier.add_argument("--keep-warm", type=positive(float), default=900.0, metavar="SECONDS",
+                         help="how long the pool waits for its user (default 900)")
+    applier.set_defaults(run=run_apply, parser=applier)
 
 
 def _spec_flags(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +71,11 @@ def _spec_flags(parser: argparse.ArgumentParser) -> None:
 
 def _spec(args: argparse.Namespace) -> Any:
     """The Spec the flags describe."""
+    return spec_from_args(args.provider, _settings(args))
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags as stack-config settings (what ``spec_from_args`` and a plan's source hold)."""
     check_hardware_flags(args.parser, args)
     cloud_only = {"project": args.project, "zone": args.zone, "sshCidr": args.ssh_cidr}
     if args.provider == "local" and (given := [k for k, v in cloud_only.items() if v]):
@@ -71,7 +86,7 @@ def _spec(args: argparse.Namespace) -> Any:
         settings.update(project=args.project, zone=args.zone, sshCidr=args.ssh_cidr)
     elif args.provider == "aws":
         settings.update(sshCidr=args.ssh_cidr)
-    return spec_from_args(args.provider, settings)
+    return {key: value for key, value in settings.items() if value is not None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,15 +129,47 @@ def run_plan(args: argparse.Namespace) -> int:
         args.parser.error(f"--tag takes KEY=VALUE, got {bad[0]!r}")
     options = Options(max_lifetime=args.max_lifetime, tags=tags)
     if args.pool:
-        planned, reviewed = save_reviewed_plan((), args.pool, options, {}, Path(args.out))
+        planned, reviewed = save_reviewed_plan((), args.pool, options, {}, Path(args.out),
+                                               {"pool": args.pool})
     else:
-        planned, reviewed = save_reviewed_plan((_spec(args),), None, options, {},
-                                               Path(args.out))
+        settings = _settings(args)
+        planned, reviewed = save_reviewed_plan(
+            (spec_from_args(args.provider, settings),), None, options, {}, Path(args.out),
+            {"provider": args.provider, "settings": settings})
     print(planned.text.rstrip() + "\n")
     print(f"stack {reviewed.stack}: planned changes ({_counts(planned.changes)}), "
           f"estimated ${reviewed.usd_per_hour:.4f}/h")
     print(f"plan written to {args.out}; apply it with "
-          f"sky.Compute(..., options=sky.Options(plan={args.out!r}))")
+          f"sky.Compute(..., options=sky.Options(plan={args.out!r})), or bring it up warm "
+          f"for the next equal pool with `skyward-iac apply {args.out}`")
+    return 0
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    """Bring a reviewed plan's pool up (pulumi up --plan, nodes bootstrapped) and leave it
+    warm for ``--keep-warm`` seconds: the next equal ``sky.Compute`` adopts it."""
+    from skyward_iac.api.errors import ConfigError
+    from skyward_iac.api.spec import Options
+    from skyward_iac.orchestration.compute import Compute
+    from skyward_iac.orchestration.reviewed import load
+
+    saved = load(args.plan)
+    facts, source = saved.facts, saved.source
+    options = Options(plan=args.plan, keep_warm=args.keep_warm, tags=facts.get("tags") or {},
+                      max_lifetime=facts.get("max_lifetime"), console="log",
+                      cluster=None if facts.get("collections", True) else False)
+    if "pool" in source:
+        compute = Compute(name=source["pool"], options=options)
+    elif "provider" in source:
+        compute = Compute(spec_from_args(source["provider"], source["settings"]),
+                          options=options)
+    else:
+        raise ConfigError(f"{args.plan} does not say what pool it was made for; apply it "
+                          "with sky.Compute(..., options=sky.Options(plan=...))")
+    with compute as pool:
+        nodes = pool.current_nodes()
+    print(f"{saved.stack}: {nodes} node(s) up under the reviewed plan, kept warm "
+          f"{args.keep_warm:g} s for the next equal sky.Compute (`skyward-iac ls` shows it)")
     return 0
 
 

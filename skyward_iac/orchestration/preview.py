@@ -62,7 +62,8 @@ class Preview:
 
 
 def save_reviewed_plan(specs: tuple[Spec, ...], name: str | None, options: Options,
-                       fields: dict[str, Any], out: Path) -> tuple[Any, Any]:
+                       fields: dict[str, Any], out: Path,
+                       source: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """``skyward-iac plan``: create the pool's stack (kept, empty) and write its reviewed plan
     to ``out``. Returns (the previewed changes, the ``ReviewedPlan``)."""
     plan = plan_pool(specs, name, options, fields)
@@ -72,7 +73,7 @@ def save_reviewed_plan(specs: tuple[Spec, ...], name: str | None, options: Optio
         plan.request), user_tags=options.tags)
     stack = ClusterStack.create(plan.request, {**tags, "planned_to": str(out)})
     try:
-        return reviewed.save(plan, stack, out)
+        return reviewed.save(plan, stack, out, source or {})
     except BaseException:
         stack.remove()
         raise

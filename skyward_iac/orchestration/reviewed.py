@@ -10,8 +10,9 @@ refuses an update that strays from its plan.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from skyward_iac.orchestration.plan import PoolPlan
 
 PLAN_FORMAT = 1
+#: Image fields whose values may be secrets (``HF_TOKEN``): compared by digest.
+SECRET_VALUED = ("env", "shell_vars")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,9 @@ class ReviewedPlan:
     usd_per_hour: float
     #: The engine's update plan, as ``pulumi preview --save-plan`` wrote it.
     engine_plan: dict[str, Any]
+    #: What the pool was described by, in text (``skyward-iac apply`` rebuilds it from this):
+    #: ``{"pool": NAME}`` or ``{"provider": P, "settings": {...}}`` (the CLI's flags).
+    source: dict[str, Any] = field(default_factory=dict)
 
     def engine_plan_file(self) -> Path:
         """The engine's plan as a file of its own (``pulumi up --plan`` reads a path)."""
@@ -51,8 +57,12 @@ def plan_facts(plan: PoolPlan) -> dict[str, Any]:
     """What the pool's stack declaration depends on, as JSON values (not the stack's name or
     creation time, which the reviewed plan fixes)."""
     request = plan.request
+    spec = json.loads(plan.spec.model_dump_json(exclude={"plugins"}))
+    image = spec.get("image", {})
+    for key in SECRET_VALUED:  # tokens live there: the file keeps digests, never values
+        image[key] = {name: _digest(value) for name, value in (image.get(key) or {}).items()}
     return {
-        "spec": json.loads(plan.spec.model_dump_json(exclude={"plugins"})),
+        "spec": spec,
         "plugins": [getattr(p, "name", repr(p)) for p in plan.spec.plugins],
         "offer": None if plan.provider == "local" else {
             "instance_type": plan.choice.offer.instance_type,
@@ -65,6 +75,10 @@ def plan_facts(plan: PoolPlan) -> dict[str, Any]:
     }
 
 
+def _digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(str(value).encode()).hexdigest()[:16]
+
+
 def differences(saved: Any, now: Any, where: str = "") -> list[str]:
     """Each place where ``now`` differs from ``saved``: ``spec.nodes.desired: 2 -> 3``."""
     if isinstance(saved, dict) and isinstance(now, dict):
@@ -74,7 +88,7 @@ def differences(saved: Any, now: Any, where: str = "") -> list[str]:
     return [] if saved == now else [f"{where}: {saved!r} -> {now!r}"]
 
 
-def save(plan: PoolPlan, stack: ClusterStack, out: Path,
+def save(plan: PoolPlan, stack: ClusterStack, out: Path, source: dict[str, Any],
          on_output: Any = None) -> tuple[Plan, ReviewedPlan]:
     """Preview ``plan``'s (created, empty) stack with an update plan and write the plan file."""
     engine_file = out.with_name(out.name + ".engine")
@@ -86,11 +100,11 @@ def save(plan: PoolPlan, stack: ClusterStack, out: Path,
     assert plan.request.created_at is not None
     reviewed = ReviewedPlan(path=out, stack=plan.stack_name, created_at=plan.request.created_at,
                             facts=plan_facts(plan), usd_per_hour=plan.usd_per_hour(plan.request),
-                            engine_plan=engine_plan)
+                            engine_plan=engine_plan, source=source)
     out.write_text(json.dumps({
         "skyward_plan": PLAN_FORMAT, "stack": reviewed.stack,
         "created_at": reviewed.created_at.isoformat(), "usd_per_hour": reviewed.usd_per_hour,
-        "facts": reviewed.facts, "resources": [asdict(r) for r in planned.resources],
+        "source": source, "facts": reviewed.facts, "resources": [asdict(r) for r in planned.resources],
         "engine_plan": engine_plan,
     }, indent=2, default=str) + "\n")
     return planned, reviewed
@@ -108,7 +122,8 @@ def load(path: str | Path) -> ReviewedPlan:
     return ReviewedPlan(path=path, stack=document["stack"],
                         created_at=datetime.fromisoformat(document["created_at"]),
                         facts=document["facts"], usd_per_hour=document["usd_per_hour"],
-                        engine_plan=document["engine_plan"])
+                        engine_plan=document["engine_plan"],
+                        source=document.get("source") or {})
 
 
 def take(reviewed: ReviewedPlan, tags: dict[str, str]) -> ClusterStack:

@@ -84,3 +84,19 @@ def test_the_engine_holds_the_update_to_its_plan(tmp_path: Path) -> None:
                          options=sky.Options(plan=str(out), console=False)):
             pass
     assert ClusterStack.select(saved["stack"]).resource_count() == 0  # torn down
+
+
+def test_apply_brings_the_reviewed_pool_up_warm_for_its_user(tmp_path: Path) -> None:
+    """``skyward-iac apply`` runs the reviewed plan and leaves the pool warm; the user's
+    equal ``sky.Compute`` adopts that very stack."""
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--provider", "local", "--nodes", "2", "--ttl", "60",
+                 "--out", str(out)]) == 0
+    stack = json.loads(out.read_text())["stack"]
+    assert main(["apply", str(out), "--keep-warm", "120"]) == 0
+    assert ClusterStack.select(stack).resource_count() >= 3  # up, kept warm
+    with sky.Compute(provider=sky.Local(), nodes=2, ttl=60,
+                     options=sky.Options(console=False)) as pool:
+        assert pool.stack_name == stack
+        assert sorted(rank() @ pool) == [0, 1]
+    assert ClusterStack.select(stack).resource_count() == 0

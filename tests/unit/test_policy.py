@@ -122,3 +122,18 @@ def test_user_tags_reach_the_stack_and_every_cloud_resource() -> None:
     assert labels["cost-center"] == "c42"
     assert labels["skyward-stack"] != "forged"  # skyward's own tags cannot be overridden
     assert stack_tags(aws_tests.aws_spec(None), 1, user_tags=tags)["tag.team"] == "ml"
+
+
+def test_a_reviewed_plan_keeps_no_secret_and_names_each_difference() -> None:
+    from skyward_iac.orchestration import reviewed
+    from skyward_iac.orchestration.plan import plan_pool
+
+    image = sky.Image(env={"HF_TOKEN": "hf_secret_value"})
+    facts = reviewed.plan_facts(plan_pool((), None, None, {"provider": sky.Local(),
+                                                          "image": image, "nodes": 2}))
+    assert "hf_secret_value" not in str(facts)
+    assert facts["spec"]["image"]["env"]["HF_TOKEN"].startswith("sha256:")
+    changed = reviewed.plan_facts(plan_pool((), None, None, {
+        "provider": sky.Local(), "image": sky.Image(env={"HF_TOKEN": "other"}), "nodes": 3}))
+    found = reviewed.differences(facts, changed)
+    assert "nodes: 2 -> 3" in found and any(d.startswith("spec.image.env.HF_TOKEN") for d in found)
