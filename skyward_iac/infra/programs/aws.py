@@ -1,8 +1,9 @@
 """The AWS provider's stack: network, security group, key pair, placement and EC2 instances.
 
-Every resource goes through one explicit ``aws.Provider`` pinned to the offer's region (so a
-later ``up`` or ``destroy`` never depends on the caller's ambient region) and carries the
-cluster tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market options
+Every resource goes through one explicit ``aws.Provider`` pinned to the offer's region and to
+the account the stack was created in (``pins``), so a later ``up``, ``refresh`` or ``destroy``
+never depends on the caller's ambient region or account; every resource carries the cluster
+tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market options
 (one-time, terminate on interruption, max price = the spec's cost cap), so every node has the
 same outputs and is replaced the same way.
 """
@@ -21,7 +22,7 @@ from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.programs import ClusterRequest, common, pins
 from skyward_iac.infra.programs.aws_network import Network, cluster_network
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
@@ -86,20 +87,27 @@ def aws_program(request: ClusterRequest,
     provider_config = request.spec.provider
 
     def program() -> None:
-        ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
-                                           ssh_cidr_lookup)
+        stored = pins.read_pins("aws")
+        ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
+                                        ssh_cidr_lookup)
         use_default_vpc = bool(getattr(provider_config, "use_default_vpc", True))
-        exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc)
+        exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc,
+                                  stored.get(pins.AWS_ACCOUNT_ID))
         common.export_cluster({**exports, **volume_exports(request)})
 
     return program
 
 
-def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
-                    use_default_vpc: bool) -> dict[str, Any]:
-    """Declare every resource of the cluster and return the outputs to export."""
+def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default_vpc: bool,
+                    account_id: str | None = None) -> dict[str, Any]:
+    """Declare every resource of the cluster and return the outputs to export.
+
+    ``account_id``: the only account the provider may act in (stacks pin it at creation), so
+    credentials of another account fail instead of reading every resource as gone.
+    """
     tags = dict(plan.tags)
-    provider = aws.Provider("aws", region=plan.offer.region, default_tags={"tags": tags})
+    provider = aws.Provider("aws", region=plan.offer.region, default_tags={"tags": tags},
+                            allowed_account_ids=[account_id] if account_id else None)
     opts = pulumi.ResourceOptions(provider=provider)
     invoke = pulumi.InvokeOptions(provider=provider)
     credentials = StackCredentials("credentials", stack=plan.stack_name)

@@ -21,7 +21,7 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.programs import ClusterRequest, common, pins
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
@@ -113,9 +113,12 @@ def gcp_program(request: ClusterRequest,
     project = getattr(provider_config, "project", None)
 
     def program() -> None:
-        ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
-                                           ssh_cidr_lookup)
-        exports = declare_cluster(plan, image, zone, project, ssh_cidr)
+        stored = pins.read_pins("gcp")
+        ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
+                                        ssh_cidr_lookup)
+        # The project stored at creation, so the provider never falls back to the caller's.
+        exports = declare_cluster(plan, image, zone, stored.get(pins.GCP_PROJECT) or project,
+                                  ssh_cidr)
         common.export_cluster({**exports, **volume_exports(request)})
 
     return program
