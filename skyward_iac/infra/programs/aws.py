@@ -5,7 +5,8 @@ the account the stack was created in (``pins``), so a later ``up``, ``refresh`` 
 never depends on the caller's ambient region or account; every resource carries the cluster
 tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market options
 (one-time, terminate on interruption, max price = the spec's cost cap), so every node has the
-same outputs and is replaced the same way.
+same outputs and is replaced the same way. Multi-node pools of EFA instance types attach
+through a launch template whose primary interface is an EFA (``aws_network.uses_efa``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, common, pins
-from skyward_iac.infra.programs.aws_network import Network, cluster_network
+from skyward_iac.infra.programs.aws_network import (
+    Network,
+    cluster_network,
+    efa_launch_template,
+    uses_efa,
+)
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 from skyward_iac.infra.programs.host_key import node_boot
@@ -113,7 +119,10 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default
     credentials = StackCredentials("credentials", stack=plan.stack_name)
 
     network = cluster_network(plan, use_default_vpc, opts, invoke)
-    group = _security_group(plan, network, common.ingress_rules(ssh_cidr), opts)
+    efa = uses_efa(plan)
+    group = _security_group(plan, network, common.ingress_rules(ssh_cidr), opts, efa)
+    attach = _efa_attachment(plan, network, group, opts) if efa else _plain_attachment(
+        network, group)
     key = aws.ec2.KeyPair(
         "ssh-key", key_name_prefix=f"{plan.stack_name}-", public_key=credentials.ssh_public_key,
         tags=tags, opts=opts,
@@ -136,9 +145,6 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default
             f"node-{index}",
             ami=image.id,
             instance_type=plan.offer.machine_type,
-            subnet_id=network.subnet_id,
-            vpc_security_group_ids=[group.id],
-            associate_public_ip_address=True,
             key_name=key.key_name,
             placement_group=placement.name if placement else None,
             # The TTL watchdog powers the node off; AWS must then delete it, not keep it stopped.
@@ -158,14 +164,28 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default
             tags={**tags, "Name": f"{plan.stack_name}-node-{index}", "skyward-node": str(index)},
             # A newer AMI published later must not replace running nodes on the next `up`.
             opts=pulumi.ResourceOptions(provider=provider, ignore_changes=["ami"]),
+            **attach,
         )
         nodes.append(common.node_output(index, instance.private_ip, instance.public_ip,
                                         host_key.public_key))
     return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)
 
 
+def _plain_attachment(network: Network, group: aws.ec2.SecurityGroup) -> dict[str, Any]:
+    """A node's subnet, group and public address, given to the instance itself."""
+    return {"subnet_id": network.subnet_id, "vpc_security_group_ids": [group.id],
+            "associate_public_ip_address": True}
+
+
+def _efa_attachment(plan: ClusterPlan, network: Network, group: aws.ec2.SecurityGroup,
+                    opts: pulumi.ResourceOptions) -> dict[str, Any]:
+    """The same, through the EFA launch template (AWS refuses both on one launch)."""
+    template = efa_launch_template(plan, network, group.id, opts)
+    return {"launch_template": aws.ec2.InstanceLaunchTemplateArgs(id=template.id)}
+
+
 def _security_group(plan: ClusterPlan, network: Network, rules: tuple[IngressRule, ...],
-                    opts: pulumi.ResourceOptions) -> aws.ec2.SecurityGroup:
+                    opts: pulumi.ResourceOptions, efa: bool = False) -> aws.ec2.SecurityGroup:
     tags = dict(plan.tags)
     group = aws.ec2.SecurityGroup(
         "cluster", name_prefix=f"{plan.stack_name}-", vpc_id=network.vpc_id,
@@ -181,6 +201,12 @@ def _security_group(plan: ClusterPlan, network: Network, rules: tuple[IngressRul
         "egress-all", security_group_id=group.id, ip_protocol="-1", cidr_ipv4="0.0.0.0/0",
         description="outbound to anywhere (packages, images)", tags=tags, opts=opts,
     )
+    if efa:  # EFA's OS-bypass traffic is not IP: only a rule naming the group itself passes it
+        aws.vpc.SecurityGroupEgressRule(
+            "egress-cluster", security_group_id=group.id, ip_protocol="-1",
+            referenced_security_group_id=group.id,
+            description="all traffic to the cluster's nodes (EFA)", tags=tags, opts=opts,
+        )
     return group
 
 

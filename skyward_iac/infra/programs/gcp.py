@@ -4,6 +4,7 @@ Every resource goes through one explicit ``gcp.Provider`` (project, region and z
 carries the cluster labels. Spot nodes use ``provisioning_model="SPOT"`` with termination action
 DELETE; ``max_run_duration`` (when the request sets ``max_lifetime``) makes GCP delete a node at
 that age even if its watchdog never ran, which the in-node dead-man switch cannot guarantee.
+A3 nodes get a gVNIC network interface, which their machine family requires.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from skyward_iac.infra.programs.host_key import node_boot
 SUBNET_CIDR = "10.42.0.0/20"
 #: Machine families that accept a compact placement policy (N1 with attached GPUs does not).
 COMPACT_PLACEMENT_FAMILIES = ("a2", "a3", "a4", "g2")
+#: Machine families whose network interface must be gVNIC (A3: H100/H200 with GPUDirect).
+GVNIC_FAMILIES = ("a3",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,13 @@ def scheduling(plan: ClusterPlan, node: int) -> gcp.compute.InstanceSchedulingAr
 def compact_placement(plan: ClusterPlan) -> bool:
     """Whether the nodes get a compact placement policy (multi-node GPU pools that support it)."""
     return plan.placement and plan.offer.machine_type.split("-")[0] in COMPACT_PLACEMENT_FAMILIES
+
+
+def nic_type(plan: ClusterPlan) -> str | None:
+    """The nodes' NIC type: ``GVNIC`` where the machine family requires it, else the default
+    (None: GCP picks VirtIO, as for every pool before). Its image must support gVNIC, as
+    Ubuntu's accelerator images do."""
+    return "GVNIC" if plan.offer.machine_type.split("-")[0] in GVNIC_FAMILIES else None
 
 
 def firewall_args(rule: IngressRule, tag: str) -> dict[str, Any]:
@@ -175,7 +185,7 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             guest_accelerators=[gcp.compute.InstanceGuestAcceleratorArgs(
                 type=guest[0], count=guest[1])] if guest else None,
             network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(
-                subnetwork=subnet.id,
+                subnetwork=subnet.id, nic_type=nic_type(plan),
                 access_configs=[gcp.compute.InstanceNetworkInterfaceAccessConfigArgs()],
             )],
             scheduling=scheduling(plan, index),
