@@ -25,10 +25,11 @@ import pulumi.automation as auto
 
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
-from skyward_iac.infra import engine, home, state_files
+from skyward_iac.infra import cloud_identity, engine, home, state_files
 from skyward_iac.infra.engine_command import EngineCommand
 from skyward_iac.infra.leases import LEASE_UNTIL
 from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.programs.pins import config_values, stack_pins
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import (
     DOWN_BY,
@@ -160,7 +161,13 @@ class ClusterStack:
 
     @classmethod
     def create(cls, request: ClusterRequest, tags: Mapping[str, str]) -> ClusterStack:
-        """Create a new stack for ``request`` and tag it; nothing is provisioned yet."""
+        """Create a new stack for ``request`` and tag it; nothing is provisioned yet.
+
+        A cloud stack also stores its pins (``programs/pins.py``: SSH CIDR, AWS account, GCP
+        project), resolved here and never again for this stack.
+        """
+        # Before the stack exists: a pin that cannot be learned leaves nothing behind.
+        pinned = stack_pins(request, cloud_identity.RESOLVERS)
         options = _workspace_options()
         if provider := home.secrets_provider():
             options.secrets_provider = provider  # e.g. awskms://: keys never in plaintext state
@@ -168,6 +175,9 @@ class ClusterStack:
             request.stack_name, project_name=PROJECT, program=program_for(request),
             opts=options,
         )
+        if pinned:
+            stack.set_all_config({key: auto.ConfigValue(value)
+                                  for key, value in config_values(pinned).items()})
         for key, value in encode_tags(tags).items():
             stack.set_tag(TAG_PREFIX + key, value)
         return cls(stack)

@@ -24,6 +24,7 @@ from skyward_iac.api.spec import Spec, validated
 from skyward_iac.infra import offers
 from skyward_iac.infra.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest
+from skyward_iac.infra.programs.pins import PIN_KEYS
 
 NAMESPACE = "skyward"
 PROVIDERS = ("local", "aws", "gcp")
@@ -53,7 +54,10 @@ REQUEST_KEYS = ("instanceType", "market", "maxLifetime", "createdAt")
 def known_keys(provider: str) -> tuple[str, ...]:
     """Every setting ``provider`` understands, in documentation order."""
     request_keys = REQUEST_KEYS if provider != "local" else ()
-    return (*SPEC_KEYS, *ACCELERATOR_KEYS, *_provider_keys(provider), *request_keys)
+    provider_keys = _provider_keys(provider)
+    # Pins the program reads itself (programs/pins.py), e.g. awsAccountId; no Spec field.
+    pinned = tuple(key for key in PIN_KEYS[provider] if key not in provider_keys)
+    return (*SPEC_KEYS, *ACCELERATOR_KEYS, *provider_keys, *request_keys, *pinned)
 
 
 def _provider_keys(provider: str) -> dict[str, str]:

@@ -1,10 +1,12 @@
 """The AWS provider's stack: network, security group, key pair, placement and EC2 instances.
 
-Every resource goes through one explicit ``aws.Provider`` pinned to the offer's region (so a
-later ``up`` or ``destroy`` never depends on the caller's ambient region) and carries the
-cluster tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market options
+Every resource goes through one explicit ``aws.Provider`` pinned to the offer's region and to
+the account the stack was created in (``pins``), so a later ``up``, ``refresh`` or ``destroy``
+never depends on the caller's ambient region or account; every resource carries the cluster
+tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market options
 (one-time, terminate on interruption, max price = the spec's cost cap), so every node has the
-same outputs and is replaced the same way.
+same outputs and is replaced the same way. Multi-node pools of EFA instance types attach
+through a launch template whose primary interface is an EFA (``aws_network.uses_efa``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest, common
-from skyward_iac.infra.programs.aws_network import Network, cluster_network
+from skyward_iac.infra.programs import ClusterRequest, common, pins
+from skyward_iac.infra.programs.aws_network import (
+    Network,
+    cluster_network,
+    efa_launch_template,
+    uses_efa,
+)
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 from skyward_iac.infra.programs.host_key import node_boot
@@ -86,26 +93,36 @@ def aws_program(request: ClusterRequest,
     provider_config = request.spec.provider
 
     def program() -> None:
-        ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
-                                           ssh_cidr_lookup)
+        stored = pins.read_pins("aws")
+        ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
+                                        ssh_cidr_lookup)
         use_default_vpc = bool(getattr(provider_config, "use_default_vpc", True))
-        exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc)
+        exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc,
+                                  stored.get(pins.AWS_ACCOUNT_ID))
         common.export_cluster({**exports, **volume_exports(request)})
 
     return program
 
 
-def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
-                    use_default_vpc: bool) -> dict[str, Any]:
-    """Declare every resource of the cluster and return the outputs to export."""
+def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default_vpc: bool,
+                    account_id: str | None = None) -> dict[str, Any]:
+    """Declare every resource of the cluster and return the outputs to export.
+
+    ``account_id``: the only account the provider may act in (stacks pin it at creation), so
+    credentials of another account fail instead of reading every resource as gone.
+    """
     tags = dict(plan.tags)
-    provider = aws.Provider("aws", region=plan.offer.region, default_tags={"tags": tags})
+    provider = aws.Provider("aws", region=plan.offer.region, default_tags={"tags": tags},
+                            allowed_account_ids=[account_id] if account_id else None)
     opts = pulumi.ResourceOptions(provider=provider)
     invoke = pulumi.InvokeOptions(provider=provider)
     credentials = StackCredentials("credentials", stack=plan.stack_name)
 
     network = cluster_network(plan, use_default_vpc, opts, invoke)
-    group = _security_group(plan, network, common.ingress_rules(ssh_cidr), opts)
+    efa = uses_efa(plan)
+    group = _security_group(plan, network, common.ingress_rules(ssh_cidr), opts, efa)
+    attach = _efa_attachment(plan, network, group, opts) if efa else _plain_attachment(
+        network, group)
     key = aws.ec2.KeyPair(
         "ssh-key", key_name_prefix=f"{plan.stack_name}-", public_key=credentials.ssh_public_key,
         tags=tags, opts=opts,
@@ -128,9 +145,6 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
             f"node-{index}",
             ami=image.id,
             instance_type=plan.offer.machine_type,
-            subnet_id=network.subnet_id,
-            vpc_security_group_ids=[group.id],
-            associate_public_ip_address=True,
             key_name=key.key_name,
             placement_group=placement.name if placement else None,
             # The TTL watchdog powers the node off; AWS must then delete it, not keep it stopped.
@@ -150,14 +164,28 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str,
             tags={**tags, "Name": f"{plan.stack_name}-node-{index}", "skyward-node": str(index)},
             # A newer AMI published later must not replace running nodes on the next `up`.
             opts=pulumi.ResourceOptions(provider=provider, ignore_changes=["ami"]),
+            **attach,
         )
         nodes.append(common.node_output(index, instance.private_ip, instance.public_ip,
                                         host_key.public_key))
     return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)
 
 
+def _plain_attachment(network: Network, group: aws.ec2.SecurityGroup) -> dict[str, Any]:
+    """A node's subnet, group and public address, given to the instance itself."""
+    return {"subnet_id": network.subnet_id, "vpc_security_group_ids": [group.id],
+            "associate_public_ip_address": True}
+
+
+def _efa_attachment(plan: ClusterPlan, network: Network, group: aws.ec2.SecurityGroup,
+                    opts: pulumi.ResourceOptions) -> dict[str, Any]:
+    """The same, through the EFA launch template (AWS refuses both on one launch)."""
+    template = efa_launch_template(plan, network, group.id, opts)
+    return {"launch_template": aws.ec2.InstanceLaunchTemplateArgs(id=template.id)}
+
+
 def _security_group(plan: ClusterPlan, network: Network, rules: tuple[IngressRule, ...],
-                    opts: pulumi.ResourceOptions) -> aws.ec2.SecurityGroup:
+                    opts: pulumi.ResourceOptions, efa: bool = False) -> aws.ec2.SecurityGroup:
     tags = dict(plan.tags)
     group = aws.ec2.SecurityGroup(
         "cluster", name_prefix=f"{plan.stack_name}-", vpc_id=network.vpc_id,
@@ -173,6 +201,12 @@ def _security_group(plan: ClusterPlan, network: Network, rules: tuple[IngressRul
         "egress-all", security_group_id=group.id, ip_protocol="-1", cidr_ipv4="0.0.0.0/0",
         description="outbound to anywhere (packages, images)", tags=tags, opts=opts,
     )
+    if efa:  # EFA's OS-bypass traffic is not IP: only a rule naming the group itself passes it
+        aws.vpc.SecurityGroupEgressRule(
+            "egress-cluster", security_group_id=group.id, ip_protocol="-1",
+            referenced_security_group_id=group.id,
+            description="all traffic to the cluster's nodes (EFA)", tags=tags, opts=opts,
+        )
     return group
 
 

@@ -1,4 +1,5 @@
-"""Where AWS nodes live: the default VPC's subnet, or a VPC of the cluster's own.
+"""Where AWS nodes live: the default VPC's subnet, or a VPC of the cluster's own, and how they
+attach to it (an EFA for multi-node pools of types that have one).
 
 Both paths put every node in one subnet of one availability zone (placement groups and low
 latency between nodes need it), picked among the zones that offer the instance type.
@@ -15,6 +16,13 @@ from skyward_iac.infra.programs.common import ClusterPlan
 
 VPC_CIDR = "10.42.0.0/16"
 SUBNET_CIDR = "10.42.0.0/20"
+#: Types whose primary interface can be an Elastic Fabric Adapter (from AWS's list of EFA
+#: instance types; one missing here keeps its plain ENA, which NCCL uses over TCP).
+EFA_TYPES = frozenset({
+    "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+    "p6-b200.48xlarge", "g5.48xlarge", "g6.48xlarge", "g6e.48xlarge", "trn1.32xlarge",
+    "trn1n.32xlarge",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +77,28 @@ def _own_vpc(plan: ClusterPlan, zone: pulumi.Output[str], opts: pulumi.ResourceO
     aws.ec2.RouteTableAssociation("subnet-routes", subnet_id=subnet.id, route_table_id=routes.id,
                                   opts=opts)
     return Network(vpc.id, subnet.id, zone)
+
+
+def uses_efa(plan: ClusterPlan) -> bool:
+    """Whether the nodes' primary interface is an EFA: a type that has one, in a pool that may
+    hold several nodes. Decided like placement, from the pool's maximum, so a 1 -> 2 resize
+    never changes (and so never replaces) the head node's interface."""
+    return plan.placement and plan.offer.machine_type in EFA_TYPES
+
+
+def efa_launch_template(plan: ClusterPlan, network: Network, group_id: pulumi.Input[str],
+                        opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
+    """A launch template whose only interface (card 0, device 0) is an EFA in the cluster's
+    subnet and security group, with a public address like every node's; ``ec2.Instance`` cannot
+    declare the interface type itself."""
+    tags = dict(plan.tags)
+    return aws.ec2.LaunchTemplate(
+        "efa", name_prefix=f"{plan.stack_name}-", tags=tags,
+        description=f"skyward_iac {plan.stack_name}: EFA primary interface",
+        network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            device_index=0, network_card_index=0, interface_type="efa",
+            subnet_id=network.subnet_id, security_groups=[group_id],
+            associate_public_ip_address="true", delete_on_termination="true",
+        )],
+        opts=opts,
+    )

@@ -4,6 +4,7 @@ Every resource goes through one explicit ``gcp.Provider`` (project, region and z
 carries the cluster labels. Spot nodes use ``provisioning_model="SPOT"`` with termination action
 DELETE; ``max_run_duration`` (when the request sets ``max_lifetime``) makes GCP delete a node at
 that age even if its watchdog never ran, which the in-node dead-man switch cannot guarantee.
+A3 nodes get a gVNIC network interface, which their machine family requires.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.programs import ClusterRequest, common, pins
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
@@ -30,6 +31,8 @@ from skyward_iac.infra.programs.host_key import node_boot
 SUBNET_CIDR = "10.42.0.0/20"
 #: Machine families that accept a compact placement policy (N1 with attached GPUs does not).
 COMPACT_PLACEMENT_FAMILIES = ("a2", "a3", "a4", "g2")
+#: Machine families whose network interface must be gVNIC (A3: H100/H200 with GPUDirect).
+GVNIC_FAMILIES = ("a3",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,13 @@ def compact_placement(plan: ClusterPlan) -> bool:
     return plan.placement and plan.offer.machine_type.split("-")[0] in COMPACT_PLACEMENT_FAMILIES
 
 
+def nic_type(plan: ClusterPlan) -> str | None:
+    """The nodes' NIC type: ``GVNIC`` where the machine family requires it, else the default
+    (None: GCP picks VirtIO, as for every pool before). Its image must support gVNIC, as
+    Ubuntu's accelerator images do."""
+    return "GVNIC" if plan.offer.machine_type.split("-")[0] in GVNIC_FAMILIES else None
+
+
 def firewall_args(rule: IngressRule, tag: str) -> dict[str, Any]:
     """A ``compute.Firewall``'s arguments for one ingress rule (``SELF`` = the node tag)."""
     allow: dict[str, Any] = {"protocol": rule.protocol}
@@ -113,9 +123,12 @@ def gcp_program(request: ClusterRequest,
     project = getattr(provider_config, "project", None)
 
     def program() -> None:
-        ssh_cidr = common.resolve_ssh_cidr(getattr(provider_config, "ssh_cidr", None),
-                                           ssh_cidr_lookup)
-        exports = declare_cluster(plan, image, zone, project, ssh_cidr)
+        stored = pins.read_pins("gcp")
+        ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
+                                        ssh_cidr_lookup)
+        # The project stored at creation, so the provider never falls back to the caller's.
+        exports = declare_cluster(plan, image, zone, stored.get(pins.GCP_PROJECT) or project,
+                                  ssh_cidr)
         common.export_cluster({**exports, **volume_exports(request)})
 
     return program
@@ -172,7 +185,7 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             guest_accelerators=[gcp.compute.InstanceGuestAcceleratorArgs(
                 type=guest[0], count=guest[1])] if guest else None,
             network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(
-                subnetwork=subnet.id,
+                subnetwork=subnet.id, nic_type=nic_type(plan),
                 access_configs=[gcp.compute.InstanceNetworkInterfaceAccessConfigArgs()],
             )],
             scheduling=scheduling(plan, index),

@@ -22,6 +22,7 @@ from typing import Any
 
 import dill  # type: ignore[import-untyped]
 import pulumi
+from pulumi.runtime.config import CONFIG
 
 DYNAMIC_PREFIX = "pulumi-python:dynamic"
 
@@ -97,8 +98,21 @@ class ProgramMocks(pulumi.runtime.Mocks):
         return found[0]
 
 
-def run_program(program: Callable[[], None], mocks: ProgramMocks) -> dict[str, Any]:
-    """Run a stack program against ``mocks`` and return its exports, fully resolved."""
+def run_program(program: Callable[[], None], mocks: ProgramMocks,
+                config: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run a stack program against ``mocks`` and return its exports, fully resolved.
+
+    ``config``: the stack's config during the run (``{"skyward:sshCidr": ...}``); none by
+    default, and none again afterwards.
+    """
+    token = CONFIG.set(dict(config or {}))
+    try:
+        return _run(program, mocks)
+    finally:
+        CONFIG.reset(token)
+
+
+def _run(program: Callable[[], None], mocks: ProgramMocks) -> dict[str, Any]:
     try:
         asyncio.get_event_loop()
     except RuntimeError:
