@@ -359,3 +359,51 @@ def test_watchdog_enforces_max_lifetime_whatever_the_heartbeat(tmp_path: Path) -
     # The machine has been up for more than a second, so a 1 s lifetime has already passed.
     calls = _run_watchdog(tmp_path, heartbeat_age=0, seconds=3, ttl=60, grace=60, max_lifetime=1)
     assert "max lifetime 1s reached" in calls and "systemctl poweroff" in calls
+
+
+def test_gce_watchdog_deletes_its_own_instance_before_powering_off(tmp_path: Path) -> None:
+    """The GCP fire path, run for real against a local server that speaks the metadata and
+    Compute API paths: the token from the metadata server goes with one DELETE of this very
+    instance, then the power-off (which also stays the fallback when the API says no)."""
+    import http.server
+    import threading
+
+    from skyward_iac.infra.programs.cloud_init import gce_self_delete
+
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        answers = {"/md/instance/service-accounts/default/token":
+                   '{"access_token": "ya29.tok", "expires_in": 3599, "token_type": "Bearer"}',
+                   "/md/instance/name": "gcp-x-node-1", "/md/project/project-id": "proj",
+                   "/md/instance/zone": "projects/123/zones/us-central1-a"}
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(("GET", self.path, self.headers.get("Metadata-Flavor")))
+            body = self.answers[self.path].encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            seen.append(("DELETE", self.path, self.headers.get("Authorization")))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        calls = _run_watchdog(tmp_path, heartbeat_age=5, seconds=5, ttl=3, grace=3,
+                              before_stop=gce_self_delete(f"{base}/md", f"{base}/api"))
+    finally:
+        server.shutdown()
+    assert ("DELETE", "/api/projects/proj/zones/us-central1-a/instances/gcp-x-node-1",
+            "Bearer ya29.tok") in seen
+    assert all(flavor == "Google" for method, _, flavor in seen if method == "GET")
+    assert "deleting instance gcp-x-node-1" in calls and "systemctl poweroff" in calls
+    assert calls.index("deleting instance") < calls.index("systemctl poweroff")

@@ -31,8 +31,10 @@ from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program, s3_volume_policy
 from skyward_iac.infra.programs.exports import volume_exports
 from skyward_iac.infra.programs.gcp import (
+    COMPUTE_SCOPE,
     OBJECT_USER,
     OBJECT_VIEWER,
+    SELF_DELETE_ROLE,
     STORAGE_READ_ONLY,
     STORAGE_READ_WRITE,
     gcp_program,
@@ -349,9 +351,10 @@ class GcpMocks(ProgramMocks):
         return ident, outs
 
 
-def run_gcp(volumes: list[Volume], nodes: int = 2) -> tuple[ProgramMocks, dict[str, Any]]:
-    spec = with_volumes(sky.Spec(provider=sky.GCP(ssh_cidr=CALLER, project="my-project")),
-                        volumes)
+def run_gcp(volumes: list[Volume], nodes: int = 2,
+            ttl: int = 600) -> tuple[ProgramMocks, dict[str, Any]]:
+    spec = with_volumes(sky.Spec(provider=sky.GCP(ssh_cidr=CALLER, project="my-project"),
+                                 ttl=ttl), volumes)
     mocks = GcpMocks()
     return mocks, run_program(gcp_program(ClusterRequest("gcp-vol-test", spec, nodes)), mocks)
 
@@ -417,11 +420,32 @@ def test_volumes_aws_nodes_cannot_mount_fail_before_any_resource() -> None:
         aws_program(ClusterRequest("aws-vol-test", spec, 1))
 
 
-def test_gcp_nodes_without_volumes_have_no_service_account() -> None:
-    mocks, _ = run_gcp([])
+def test_gcp_nodes_without_volumes_or_ttl_have_no_service_account() -> None:
+    mocks, _ = run_gcp([], ttl=0)
     assert not mocks.of_type("gcp:serviceaccount/account:Account")
     assert all(i.inputs.get("serviceAccount") is None
                for i in mocks.of_type("gcp:compute/instance:Instance"))
+
+
+def test_gcp_nodes_with_a_ttl_may_delete_their_own_instance_and_nothing_else() -> None:
+    """The watchdog's fire path deletes the VM (a stopped one keeps its disk): the stack's
+    account is bound to each node's own instance, holds no bucket or project grant, and
+    the node's scope is Compute only."""
+    mocks, _ = run_gcp([], nodes=2)
+    (account,) = mocks.of_type("gcp:serviceaccount/account:Account")
+    email = f"{account.inputs['accountId']}@my-project.iam.gserviceaccount.com"
+    assert not mocks.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    bindings = mocks.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
+    assert sorted((b.inputs["instanceName"], b.inputs["role"], b.inputs["member"])
+                  for b in bindings) == [
+        (f"gcp-vol-test-node-{i}", SELF_DELETE_ROLE, f"serviceAccount:{email}") for i in (0, 1)]
+    assert not [r for r in mocks.resources if "projectIam" in r.typ]
+    for instance in mocks.of_type("gcp:compute/instance:Instance"):
+        assert instance.inputs["serviceAccount"] == {"email": email, "scopes": [COMPUTE_SCOPE]}
+        watchdog = next(f["content"] for f in json.loads(instance.inputs["metadata"][
+            "user-data"].removeprefix("#cloud-config\n"))["write_files"]
+            if f["path"].endswith("skyward-watchdog"))
+        assert "-X DELETE" in watchdog and "/instances/$NAME" in watchdog
 
 
 def test_gcp_bucket_volumes_get_a_service_account_with_storage_scopes() -> None:
@@ -436,12 +460,12 @@ def test_gcp_bucket_volumes_get_a_service_account_with_storage_scopes() -> None:
     assert grants == {"datasets": (OBJECT_VIEWER, f"serviceAccount:{email}"),
                       "runs": (OBJECT_USER, f"serviceAccount:{email}")}
     for instance in mocks.of_type("gcp:compute/instance:Instance"):
-        assert instance.inputs["serviceAccount"] == {"email": email,
-                                                     "scopes": [STORAGE_READ_WRITE]}
+        assert instance.inputs["serviceAccount"] == {
+            "email": email, "scopes": [COMPUTE_SCOPE, STORAGE_READ_WRITE]}
 
 
 def test_gcp_read_only_volumes_get_read_only_scope() -> None:
-    mocks, _ = run_gcp([Volume("datasets", "/data")], nodes=1)
+    mocks, _ = run_gcp([Volume("datasets", "/data")], nodes=1, ttl=0)
     (instance,) = mocks.of_type("gcp:compute/instance:Instance")
     assert instance.inputs["serviceAccount"]["scopes"] == [STORAGE_READ_ONLY]
 

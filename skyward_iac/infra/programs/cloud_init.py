@@ -7,8 +7,8 @@ It does three things before the client first connects:
 * creates the ``skyward`` user (home = the node's workdir) trusting the stack's SSH key;
 * arms the TTL watchdog: a systemd service that powers the node off once the client has been
   silent for ``ttl`` seconds. With ``instance_initiated_shutdown_behavior="terminate"`` AWS then
-  deletes the instance; on GCP it is stopped (compute billing ends, the disk stays until the
-  stack is destroyed) unless a ``max_lifetime`` made GCP delete it already.
+  deletes the instance; on GCP the watchdog first deletes its own instance through the
+  Compute API (``gce_self_delete``: a stopped VM would keep its disk), then powers off.
 
 The client proves it is alive by touching ``HEARTBEAT_FILE`` on the node (over its SSH
 connection, or the agent on every frame); the watchdog reads that file's mtime.
@@ -40,17 +40,44 @@ class NodeUserData:
     authorized_key: str
     ttl: int
     max_lifetime: int | None = None
+    #: GCP: the watchdog deletes the node through the Compute API (its own instance only,
+    #: granted by the stack) before powering off, so no stopped disk is left to bill.
+    self_delete: bool = False
+
+
+#: Where a GCE node asks for its identity and token, and where it deletes itself.
+GCE_METADATA = "http://metadata.google.internal/computeMetadata/v1"
+GCE_COMPUTE_API = "https://compute.googleapis.com/compute/v1"
+POWER_OFF = "systemctl poweroff || poweroff -f"
+
+
+def gce_self_delete(metadata: str = GCE_METADATA, api: str = GCE_COMPUTE_API) -> str:
+    """Shell lines that delete this GCE instance with its own service account's token (the
+    stack grants it delete on this instance alone); any failure falls through to power-off."""
+    md = f'curl -sf -m 10 -H "Metadata-Flavor: Google" {shlex.quote(metadata)}'
+    return "; ".join([
+        f"TOKEN=$({md}/instance/service-accounts/default/token "
+        """| sed -E 's/.*"access_token" *: *"([^"]+)".*/\\1/')""",
+        f"NAME=$({md}/instance/name)",
+        f"ZONE=$({md}/instance/zone | sed 's#.*/##')",
+        f"PROJECT=$({md}/project/project-id)",
+        'curl -sf -m 30 -X DELETE -H "Authorization: Bearer $TOKEN" '
+        f'"{api}/projects/$PROJECT/zones/$ZONE/instances/$NAME" >/dev/null '
+        '&& logger -t skyward-watchdog "deleting instance $NAME"',
+    ])
 
 
 def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
                     grace: int = FIRST_CONTACT_GRACE, heartbeat: str = HEARTBEAT_FILE,
-                    interval: float = WATCHDOG_INTERVAL) -> str:
+                    interval: float = WATCHDOG_INTERVAL, stop: str = POWER_OFF,
+                    before_stop: str = "") -> str:
     """The dead-man switch: power off after ``ttl`` s without a heartbeat.
 
     Before the first heartbeat the limit is ``max(ttl, grace)`` counted from boot. A
     ``max_lifetime`` also powers the node off that many seconds after boot, whatever the
     heartbeat says (the in-node half of the hard backstop). ``heartbeat`` and ``interval``
-    exist so tests can run the real script quickly.
+    exist so tests can run the real script quickly; ``before_stop`` runs first when it
+    fires (GCP: ``gce_self_delete``), ``stop`` then powers off.
     """
     if ttl <= 0:
         raise ValueError("ttl must be positive; a ttl of 0 means no watchdog at all")
@@ -70,11 +97,13 @@ def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
         "  else LAST=$BOOT; LIMIT=$FIRST_CONTACT; fi",
         '  if [ $(( NOW - LAST )) -ge "$LIMIT" ]; then',
         '    logger -t skyward-watchdog "no heartbeat for ${LIMIT}s: powering off"',
-        "    systemctl poweroff || poweroff -f",
+        *([f"    {before_stop}"] if before_stop else []),
+        f"    {stop}",
         "  fi",
         '  if [ "$MAX_LIFETIME" -gt 0 ] && [ $(( NOW - BOOT )) -ge "$MAX_LIFETIME" ]; then',
         '    logger -t skyward-watchdog "max lifetime ${MAX_LIFETIME}s reached: powering off"',
-        "    systemctl poweroff || poweroff -f",
+        *([f"    {before_stop}"] if before_stop else []),
+        f"    {stop}",
         "  fi",
         "done",
     ]
@@ -109,7 +138,8 @@ def cloud_config(node: NodeUserData) -> str:
     if node.ttl > 0:
         files += [
             {"path": WATCHDOG_PATH, "permissions": "0755",
-             "content": watchdog_script(node.ttl, node.max_lifetime)},
+             "content": watchdog_script(node.ttl, node.max_lifetime, before_stop=(
+                 gce_self_delete() if node.self_delete else ""))},
             {"path": f"/etc/systemd/system/{WATCHDOG_UNIT}", "permissions": "0644",
              "content": _watchdog_unit()},
         ]

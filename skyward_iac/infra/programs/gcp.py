@@ -165,10 +165,11 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
     ) if compact_placement(plan) else None
 
     guest = plan.offer.guest_accelerator
-    account = volume_service_account(plan, opts)
+    account = node_service_account(plan, opts)
     nodes = []
     for index in range(plan.node_count):
-        host_key, user_data = node_boot(plan, credentials, index)
+        host_key, user_data = node_boot(plan, credentials, index, self_delete=account is not None
+                                        and plan.ttl > 0)
         instance = gcp.compute.Instance(
             f"node-{index}",
             name=name(f"node-{index}"),
@@ -198,10 +199,16 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             },
             tags=[tag],
             labels={**labels, "skyward-node": str(index)},
-            # Only with bucket volumes: otherwise the node holds no cloud credentials at all.
-            service_account=account,
+            # The stack's own account: delete on this instance alone (the watchdog's fire
+            # path) and the volumes' buckets; none at all without a ttl or volumes.
+            service_account=account.block if account is not None else None,
             opts=opts,
         )
+        if account is not None and plan.ttl > 0:
+            gcp.compute.InstanceIAMMember(
+                f"node-{index}-self-delete", instance_name=instance.name, zone=zone,
+                role=SELF_DELETE_ROLE, member=account.email.apply(
+                    lambda email: f"serviceAccount:{email}"), opts=opts)
         interface = instance.network_interfaces[0]
         nodes.append(common.node_output(
             index, interface.network_ip, interface.access_configs[0].nat_ip, host_key.public_key,
@@ -211,6 +218,10 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
 
 # -- volumes -----------------------------------------------------------------------------------
 
+COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
+#: Granted to the stack's account on each node's own instance (an instance-level binding,
+#: not a project one): what lets the watchdog delete that instance and nothing else.
+SELF_DELETE_ROLE = "roles/compute.instanceAdmin.v1"
 STORAGE_READ_ONLY = "https://www.googleapis.com/auth/devstorage.read_only"
 STORAGE_READ_WRITE = "https://www.googleapis.com/auth/devstorage.read_write"
 #: The roles gcsfuse needs, as Google documents them: viewer to read, user to also write.
@@ -239,25 +250,40 @@ def service_account_id(stack_name: str) -> str:
     return common.gcp_name(f"skyward-{stack_name}", digest, limit=30)
 
 
-def volume_service_account(
-    plan: ClusterPlan, opts: pulumi.ResourceOptions,
-) -> gcp.compute.InstanceServiceAccountArgs | None:
-    """A service account of the stack's own, granted access to exactly the volumes' buckets,
-    as the instances' ``service_account`` block; None when no volume uses the node's identity.
+def node_scopes(plan: ClusterPlan) -> list[str]:
+    """The nodes' OAuth scopes: Compute (the watchdog deletes its instance) with a ttl, and
+    Cloud Storage for bucket volumes."""
+    scopes = [COMPUTE_SCOPE] if plan.ttl > 0 else []
+    return scopes + (storage_scopes(plan.identity_volumes) if plan.identity_volumes else [])
 
-    A dedicated account (not the project's default one, which usually holds Editor) keeps the
-    nodes to these buckets; the bucket grants are removed with the stack.
+
+class NodeAccount:
+    """The stack's service account, as the instances' ``service_account`` block."""
+
+    def __init__(self, account: gcp.serviceaccount.Account, scopes: list[str]) -> None:
+        self.email = account.email
+        self.block = gcp.compute.InstanceServiceAccountArgs(email=account.email, scopes=scopes)
+
+
+def node_service_account(plan: ClusterPlan, opts: pulumi.ResourceOptions) -> Any:
+    """A service account of the stack's own for its nodes, or None when they need no cloud
+    identity (no ttl and no volumes). It may delete each node's own instance (the ttl's fire
+    path: a stopped VM would keep its disk) and read or write exactly the volumes' buckets.
+
+    A dedicated account (not the project's default one, which usually holds Editor) holds no
+    project role at all; its grants are removed with the stack.
     """
-    if not plan.identity_volumes:
+    if plan.ttl <= 0 and not plan.identity_volumes:
         return None
     account = gcp.serviceaccount.Account(
+        # The logical name predates the fire path; renaming it would replace the account.
         "volumes-sa", account_id=service_account_id(plan.stack_name),
-        display_name=f"skyward_iac {plan.stack_name} volumes",
-        description="nodes of this stack mount their bucket volumes as this account", opts=opts,
+        display_name=f"skyward_iac {plan.stack_name} nodes",
+        description="the nodes of this stack: delete their own instance, mount their volumes",
+        opts=opts,
     )
     member = account.email.apply(lambda email: f"serviceAccount:{email}")
     for bucket, role in bucket_roles(plan.identity_volumes).items():
         gcp.storage.BucketIAMMember(f"volumes-{bucket}", bucket=bucket, role=role, member=member,
                                     opts=opts)
-    return gcp.compute.InstanceServiceAccountArgs(email=account.email,
-                                                  scopes=storage_scopes(plan.identity_volumes))
+    return NodeAccount(account, node_scopes(plan))

@@ -45,8 +45,8 @@ class NodeHostKey(Resource, module="skyward", name="NodeHostKey"):
         super().__init__(HostKeyProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))
 
 
-def node_boot(plan: ClusterPlan, credentials: StackCredentials,
-              index: int) -> tuple[NodeHostKey, pulumi.Output[str]]:
+def node_boot(plan: ClusterPlan, credentials: StackCredentials, index: int,
+              self_delete: bool = False) -> tuple[NodeHostKey, pulumi.Output[str]]:
     """Node ``index``'s host key and the cloud-init user data that installs it, trusts the
     stack's SSH key and arms the TTL watchdog; shared by every cloud program."""
     host_key = NodeHostKey(f"node-{index}-host-key", stack=plan.stack_name, index=index)
@@ -54,6 +54,6 @@ def node_boot(plan: ClusterPlan, credentials: StackCredentials,
         host_key.private_key, host_key.public_key, credentials.ssh_public_key,
     ).apply(lambda keys: cloud_config(NodeUserData(
         host_private_key=keys[0], host_public_key=keys[1], authorized_key=keys[2],
-        ttl=plan.ttl, max_lifetime=plan.max_lifetime,
+        ttl=plan.ttl, max_lifetime=plan.max_lifetime, self_delete=self_delete,
     )))
     return host_key, user_data
