@@ -3,7 +3,8 @@
 When the first ``up`` of a pool fails because the cloud refused capacity for its nodes (after
 the spot -> on-demand fallback of ``spot_fallback.py``), the pool tries, in order: the next zone
 of the region offering the type (GCP; AWS picks its zone from the live offerings), then the next
-region offering the same instance type (cheapest listed price first), each as one more stack
+region offering the same instance type (cheapest listed price first), then the next Spec of a
+multi-spec ``Compute`` (in the order ``Options.selection`` ranks them), each as one more stack
 update with a ``sky.ProvisionRetried`` event saying why. Only a pool none of whose nodes exists
 moves: moving a stack with running nodes would replace them. The order is a pure function of
 the request and the catalog; ``lifecycle``/``reconciler`` run it, bounded by
@@ -12,12 +13,12 @@ the request and the catalog; ``lifecycle``/``reconciler`` run it, bounded by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from skyward_iac.api.errors import ProvisionError
-from skyward_iac.infra.offers import Catalog, Offer, current_catalog
+from skyward_iac.infra.offers import Catalog, Choice, Offer, current_catalog
 from skyward_iac.infra.programs import ClusterRequest
 
 #: Error texts meaning "no capacity (or quota) for this request here", on either market.
@@ -78,6 +79,15 @@ def alternatives(request: ClusterRequest, catalog: Catalog | None = None) -> lis
     return found
 
 
+def spec_alternatives(request: ClusterRequest, fallbacks: Sequence[Choice]) -> list[Alternative]:
+    """The other Specs of a multi-spec ``Compute``, each at its best offer, as places to try
+    after ``request``'s own zones and regions (the same stack, now declaring that Spec)."""
+    return [Alternative(replace(request, spec=choice.spec, offer=choice.offer, zone=None,
+                                market=None, on_demand_nodes=frozenset()),
+                        f"next Spec ({choice.spec.provider.kind} {choice.offer.instance_type})")
+            for choice in fallbacks]
+
+
 T = TypeVar("T")
 
 
@@ -99,8 +109,10 @@ def up_with_failover(up: Callable[[ClusterRequest], T], request: ClusterRequest,
                            if capacity_refused(line)), str(exc).strip())[:300]
         attempt += 1
         place = remaining.pop(0)
+        # Nodes the spot fallback moved on demand stay so in the same Spec, not in another.
+        same_spec = place.request.spec is request.spec
         request = replace(place.request, node_count=request.node_count,
-                          on_demand_nodes=request.on_demand_nodes)
+                          on_demand_nodes=request.on_demand_nodes if same_spec else frozenset())
         on_move(request, place, attempt, reason)
 
 

@@ -409,23 +409,29 @@ def select(specs: Sequence[Spec], selection: SelectionStrategy = "cheapest",
     offer; ``"first"``: the cheapest offer of the first spec that has one. When no spec has
     an offer, the ``ConfigError`` lists why for each.
     """
+    return ranked(specs, selection, catalogs)[0]
+
+
+def ranked(specs: Sequence[Spec], selection: SelectionStrategy = "cheapest",
+           catalogs: dict[str, Catalog] | None = None) -> list[Choice]:
+    """Each spec's best offer, in the order ``selection`` prefers them (``select`` takes the
+    first; capacity failover tries the others in turn). Specs without an offer are left out;
+    when none has one, the ``ConfigError`` lists why for each."""
     if not specs:
         raise ConfigError("select needs at least one Spec")
-    best: Choice | None = None
+    found: list[Choice] = []
     reasons: list[str] = []
     for number, spec in enumerate(specs, 1):
         kind = spec.provider.kind
         try:
-            choice = matching(spec, (catalogs or {}).get(kind))[0]
+            found.append(matching(spec, (catalogs or {}).get(kind))[0])
         except ConfigError as exc:
             reasons.append(f"  spec {number} ({kind}): {exc}" if len(specs) > 1 else str(exc))
-            continue
-        if selection == "first":
-            return choice
-        if best is None or choice.cluster_hourly < best.cluster_hourly:
-            best = choice
-    if best is None:
+    if not found:
         if len(specs) == 1:
             raise ConfigError(reasons[0])
         raise ConfigError("no spec has a matching offer:\n" + "\n".join(reasons))
-    return best
+    if selection == "first":
+        return found
+    # Stable: among equal prices the earlier spec stays first.
+    return sorted(found, key=lambda choice: choice.cluster_hourly)

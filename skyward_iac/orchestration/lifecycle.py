@@ -165,6 +165,8 @@ class PoolLifecycle:
         assert self.reconciler is not None
         with self._phase("up"):
             self.reconciler.step()  # in this thread: Ctrl+C during `up` lands here
+        # Capacity failover may have moved the pool (zone, region or the next Spec).
+        self.plan = self.reconciler.plan
         self.events.emit(ClusterProvisioned(stack=name, nodes=plan.bounds.desired,
                                             duration=self.timings["up"]))
 

@@ -104,6 +104,9 @@ class PoolPlan:
     #: The Image's includes packed once: every node, late or replacement, gets the same code.
     includes: IncludesArchive | None = field(default=None, repr=False)
 
+    #: The other Specs of a multi-spec Compute at their best offers (plugins applied), in
+    #: the order capacity failover tries them after this one's zones and regions.
+    fallbacks: tuple[offers.Choice, ...] = ()
     #: The reviewed plan this pool brings up (``Options(plan=...)``), None for a new stack.
     reviewed: Any = None
 
@@ -149,10 +152,16 @@ class PoolPlan:
         """``base`` (the request in force, with any fallback it took) at ``node_count`` nodes."""
         return replace(base, node_count=node_count)
 
-    def moved_to(self, offer: offers.Offer) -> PoolPlan:
-        """This plan after capacity failover moved the pool to ``offer`` (another zone or
-        region of the same instance type)."""
-        return replace(self, choice=replace(self.choice, offer=offer))
+    def moved_to(self, request: ClusterRequest) -> PoolPlan:
+        """This plan after capacity failover moved the pool to ``request``: another zone or
+        region of the same instance type, or the next Spec (whose choice it takes; the node
+        counts stay the ones the pool started with)."""
+        assert request.offer is not None
+        fallback = next((c for c in self.fallbacks if c.spec is request.spec), None)
+        if fallback is not None:
+            return replace(self, spec=fallback.spec, choice=fallback,
+                           fallbacks=tuple(c for c in self.fallbacks if c is not fallback))
+        return replace(self, choice=replace(self.choice, offer=request.offer))
 
     def bootstrap_plan(self, address: NodeAddress, outputs: ClusterOutputs) -> BootstrapPlan:
         """How to bootstrap ``address``: etcd on the head, this pool's volumes everywhere."""
@@ -223,14 +232,37 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
                              max_lifetime=options.max_lifetime, tags=dict(options.tags))
     _check_policy(spec, options, choice, bounds)
     program_for(request)  # an unsupported provider fails here, before provisioning
+    fallbacks = _fallbacks(tuple(specs), choice, options, stack_name)
     plan = PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
                     request=request, bounds=bounds, run_id=stack_name,
                     plugin_steps=steps,
                     node_plugins=plugins.node_plugins(spec.plugins),
-                    includes=_includes(spec))
+                    includes=_includes(spec), fallbacks=fallbacks)
     if options.plan is not None:
         plan = reviewed.bind(plan, reviewed.load(options.plan))
     return plan
+
+
+def _fallbacks(specs: tuple[Spec, ...], chosen: offers.Choice, options: Options,
+               stack_name: str) -> tuple[offers.Choice, ...]:
+    """The other Specs with an offer, in ``Options.selection`` order, that capacity failover
+    may move a new pool to: only those with the chosen Spec's plugins (its bootstrap steps
+    and hooks are decided once) and within the team policy."""
+    if len(specs) < 2:
+        return ()
+    names = [getattr(p, "name", repr(p)) for p in chosen.spec.plugins]
+    found = []
+    for choice in offers.ranked(specs, options.selection):
+        if choice.spec is chosen.spec or [getattr(p, "name", repr(p))
+                                          for p in choice.spec.plugins] != names:
+            continue
+        spec = plugins.transformed_spec(choice.spec, stack_name, choice.spec.nodes.desired)
+        try:
+            _check_policy(spec, options, choice, Bounds.of(spec))
+        except ConfigError:
+            continue
+        found.append(replace(choice, spec=spec))
+    return tuple(found)
 
 
 def _check_policy(spec: Spec, options: Options, choice: offers.Choice, bounds: Bounds) -> None:

@@ -18,8 +18,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from skyward_iac.infra.failover import Alternative, alternatives, up_with_failover
+from skyward_iac.infra.cloud_credentials import require_credentials
+from skyward_iac.infra.failover import (
+    Alternative,
+    alternatives,
+    spec_alternatives,
+    up_with_failover,
+)
 from skyward_iac.infra.programs import ClusterRequest
+from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.spot_fallback import up_with_spot_fallback
 from skyward_iac.infra.stack import ClusterStack
 from skyward_iac.observability.engine_events import EngineEventTranslator
@@ -163,7 +170,8 @@ class Reconciler:
             **up_options: Any) -> tuple[ClusterOutputs, ClusterRequest]:
         """One stack update (with the spot fallback); a pool none of whose nodes exists yet
         moves to the next zone or region when capacity is refused (``infra/failover.py``)."""
-        places = alternatives(request) if self.outputs is None else []
+        places = [] if self.outputs is not None else (
+            alternatives(request) + spec_alternatives(request, self._usable_fallbacks()))
         limit = self.plan.options.max_provision_attempts or DEFAULT_PLACES
 
         def up(attempted: ClusterRequest) -> tuple[ClusterOutputs, ClusterRequest]:
@@ -176,12 +184,26 @@ class Reconciler:
             self.emit(ProvisionRetried(stack=self.plan.stack_name, attempt=attempt,
                                        reason=reason, region=moved.offer.region,
                                        zone=moved.zone, why=place.why))
-            self.plan = self.plan.moved_to(moved.offer)
+            self.plan = self.plan.moved_to(moved)
             self.stack.set_request(moved)
             time.sleep(self.plan.options.provision_retry_delay or 0)
 
         (outputs, in_force), _ = up_with_failover(up, request, places, limit, move)
         return outputs, in_force
+
+    def _usable_fallbacks(self) -> list[Any]:
+        """The plan's fallback Specs whose provider plugin and credentials are here."""
+        usable = []
+        for choice in self.plan.fallbacks:
+            try:
+                require_plugin(choice.spec.provider.kind)
+                require_credentials(choice.spec.provider.kind)
+            except Exception as exc:  # noqa: BLE001 - that Spec cannot be tried here
+                log.info("stack %s: fallback Spec %s left out: %s", self.plan.stack_name,
+                         choice.spec.provider.kind, exc)
+                continue
+            usable.append(choice)
+        return usable
 
     def _engine_event(self, event: Event) -> None:
         # The pool says a node was replaced once its replacement is in service, not when the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import skyward_iac as sky
@@ -111,3 +113,62 @@ def test_up_with_failover_gives_up_at_the_limit_and_on_other_errors() -> None:
         up_with_failover(denied, request, alternatives(request), limit=5,
                          on_move=lambda *_: None)
     assert len(calls) == 1  # not a capacity problem: nowhere else would do better
+
+
+def test_a_multi_spec_pool_moves_to_the_next_spec_after_its_own_places() -> None:
+    """AWS first (pinned region: no other region), then GCP: after the AWS places are
+    exhausted the same stack declares the GCP Spec, at its own offer, on its own market."""
+    from skyward_iac.api.errors import ProvisionError
+    from skyward_iac.infra.failover import spec_alternatives, up_with_failover
+    from skyward_iac.orchestration.plan import plan_pool
+
+    aws = sky.Spec(sky.AWS(region="us-east-1", ssh_cidr="1.2.3.4/32"), sky.accelerators.L4(),
+                   allocation="spot")
+    gcp = sky.Spec(sky.GCP(project="p", ssh_cidr="1.2.3.4/32"), sky.accelerators.L4(),
+                   allocation="on-demand")
+    plan = plan_pool([aws, gcp], None, sky.Options(selection="first"), {})
+    assert plan.spec.provider.kind == "aws"
+    assert [c.spec.provider.kind for c in plan.fallbacks] == ["gcp"]
+    request = replace(plan.request, on_demand_nodes=frozenset({0}))
+    places = alternatives(request) + spec_alternatives(request, plan.fallbacks)
+    assert places[-1].why.startswith("next Spec (gcp ")
+    tried: list[ClusterRequest] = []
+
+    def up(attempt: ClusterRequest) -> str:
+        tried.append(attempt)
+        if attempt.spec.provider.kind == "aws":
+            raise ProvisionError("InsufficientInstanceCapacity: no g6 capacity")
+        return "outputs"
+
+    moved: list[ClusterRequest] = []
+    _, in_force = up_with_failover(up, request, places, limit=10,
+                                   on_move=lambda r, *_: moved.append(r))
+    assert in_force.spec.provider.kind == "gcp" and in_force.offer.provider == "gcp"
+    assert in_force.stack_name == plan.stack_name  # the same stack, now declaring GCP
+    assert in_force.on_demand_nodes == frozenset() and in_force.market is None
+    after = plan.moved_to(in_force)
+    assert after.spec.provider.kind == "gcp" and after.choice.market == "on-demand"
+    assert after.fallbacks == () and after.bounds == plan.bounds
+
+
+def test_ranked_orders_specs_by_selection() -> None:
+    cheap = sky.Spec(sky.GCP(project="p"), sky.accelerators.L4(), allocation="on-demand")
+    dear = sky.Spec(sky.AWS(), sky.accelerators.L4(), nodes=4, allocation="on-demand")
+    assert [c.spec for c in offers.ranked([dear, cheap], "cheapest")] == [cheap, dear]
+    assert [c.spec for c in offers.ranked([dear, cheap], "first")] == [dear, cheap]
+    assert offers.select([dear, cheap], "first").spec is dear
+
+
+def test_fallbacks_keep_to_the_same_plugins_and_the_policy(tmp_path, monkeypatch) -> None:
+    from skyward_iac.orchestration.plan import plan_pool
+
+    aws = sky.Spec(sky.AWS(ssh_cidr="1.2.3.4/32"), sky.accelerators.L4())
+    other_plugins = sky.Spec(sky.GCP(project="p", ssh_cidr="1.2.3.4/32"), sky.accelerators.L4(),
+                             plugins=[sky.plugins.joblib()])
+    plan = plan_pool([aws, other_plugins], None, sky.Options(selection="first"), {})
+    assert plan.fallbacks == ()
+    policy = tmp_path / "policy.toml"
+    policy.write_text('allowed_providers = ["aws"]\n')
+    monkeypatch.setenv("SKYWARD_POLICY", str(policy))
+    gcp = sky.Spec(sky.GCP(project="p", ssh_cidr="1.2.3.4/32"), sky.accelerators.L4())
+    assert plan_pool([aws, gcp], None, sky.Options(selection="first"), {}).fallbacks == ()
