@@ -27,8 +27,9 @@ from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.remote import container as docker
 from skyward_iac.remote import ssh
 from skyward_iac.remote.agent_client import AgentClient, OnLost, Submission
-from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan, bootstrap
+from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan
 from skyward_iac.remote.bootstrap_progress import StepUpdate
+from skyward_iac.remote.bootstrap_run import bootstrap
 from skyward_iac.remote.includes import IncludesArchive, build_archive
 from skyward_iac.remote.protocol import PreemptionNotice
 from skyward_iac.remote.volumes import MountPlan, unmount_script

@@ -15,13 +15,13 @@ from skyward_iac.orchestration.node import plan_for
 from skyward_iac.outputs import NodeAddress
 from skyward_iac.remote.bootstrap import (
     BootstrapPlan,
-    can_ship_uv,
     requirement_name,
     route_packages,
     script,
     steps,
 )
 from skyward_iac.remote.bootstrap_progress import StepUpdate, StepWatcher
+from skyward_iac.remote.bootstrap_run import can_ship_uv
 from skyward_iac.remote.includes import IncludesArchive
 
 ADDRESS = NodeAddress(index=0, private_address="10.0.0.5", public_address="203.0.113.5",

@@ -7,6 +7,7 @@ one is the same ``node_steps`` a bare node runs (tests/integration prove those).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -96,7 +97,7 @@ def test_the_plan_names_the_image_devices_and_binds() -> None:
 
 def test_host_half_starts_the_container_and_the_rest_runs_inside() -> None:
     plan = container_plan(sky.accelerators.A100(), [sky.Volume(bucket="data", mount="/data")])
-    plan = bootstrap.replace(plan, volumes=MountPlan(mount=("mount-the-bucket /data",)))
+    plan = dataclasses.replace(plan, volumes=MountPlan(mount=("mount-the-bucket /data",)))
     host = [name for name, _ in bootstrap.host_steps(plan)]
     inside = [name for name, _ in bootstrap.node_steps(plan)]
     assert host == ["cloud-init", "docker", "container image", "volumes", "container"]
@@ -144,7 +145,7 @@ def test_host_half_without_docker_says_so(tmp_path: Path) -> None:
     plan = plan_for(NodeAddress(index=0, private_address="127.0.0.1", public_address="127.0.0.1",
                                 ssh_port=22, ssh_user="u", host_key="k", workdir=str(tmp_path)),
                     spec, sky.Options())
-    plan = bootstrap.replace(plan, container=docker.ContainerPlan(
+    plan = dataclasses.replace(plan, container=docker.ContainerPlan(
         image="ubuntu:24.04", name="n", install=False))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

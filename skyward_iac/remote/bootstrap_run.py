@@ -1,0 +1,156 @@
+"""Run a ``BootstrapPlan`` on a node over SSH: upload what it needs (the project, uv, the
+includes, the agent token, etcd's certificates, the volumes' files), then the script, in one
+SSH exec whose output is followed live; return the agent's port."""
+
+from __future__ import annotations
+
+import functools
+import io
+import platform
+import shlex
+import sys
+import tarfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import fabric
+from invoke.exceptions import CommandTimedOut
+
+from skyward_iac.api.errors import BootstrapError
+from skyward_iac.remote.bootstrap import (
+    ETCD_CERTS,
+    NODE_SCRIPT,
+    BootstrapPlan,
+    node_script,
+    script,
+    steps,
+)
+from skyward_iac.remote.bootstrap_progress import StepUpdate, StepWatcher, redact
+
+
+@functools.cache
+def project_archive() -> bytes:
+    """The installed skyward_iac package as a tar.gz, shipped to nodes as-is."""
+    package = Path(__file__).resolve().parents[1]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(package, arcname="skyward_iac",
+                filter=lambda info: None if "__pycache__" in info.name else info)
+    return buffer.getvalue()
+
+
+
+def can_ship_uv(node_machine: str, client_machine: str | None = None,
+                client_platform: str | None = None) -> bool:
+    """Whether the client's own uv binary runs on a node whose ``uname -m`` is ``node_machine``:
+    both Linux on the same CPU architecture."""
+    client_machine = client_machine or platform.machine()
+    client_platform = client_platform or sys.platform
+    same = {"amd64": "x86_64", "arm64": "aarch64"}
+    return client_platform.startswith("linux") and (
+        same.get(node_machine.lower(), node_machine.lower())
+        == same.get(client_machine.lower(), client_machine.lower()))
+
+
+def _find_or_ship_uv(conn: fabric.Connection, sftp: Any, workdir: str,
+                     in_container: bool = False) -> str | None:
+    """The node's own uv, else the client's uploaded when the node can run it, else None
+    (the script then installs uv itself). A container sees only the workdir of the node's
+    files, so there the client's uv is always uploaded into it."""
+    probe = conn.run("uname -m; command -v uv || true", hide=True, warn=True, in_stream=False,
+                     timeout=30)
+    machine, _, found = probe.stdout.strip().partition("\n")
+    if found.strip() and not in_container:
+        return found.strip()
+    return upload_uv(sftp, workdir) if can_ship_uv(machine) else None
+
+
+def upload_uv(sftp: Any, workdir: str) -> str | None:
+    """Upload the client's uv binary (the pinned ``uv`` dependency) to ``<workdir>/bin/uv``."""
+    import uv as uv_package
+
+    try:
+        binary = Path(uv_package.find_uv_bin())
+    except FileNotFoundError:
+        return None
+    _mkdirs(sftp, f"{workdir}/bin")
+    target = f"{workdir}/bin/uv"
+    sftp.put(str(binary), target)
+    sftp.chmod(target, 0o755)
+    return target
+
+
+def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str,
+              on_step: Callable[[StepUpdate], Any] | None = None,
+              on_line: Callable[[str], Any] | None = None) -> int:
+    """Run the bootstrap on a connected node and return the agent's port.
+
+    ``on_step`` hears each step start and end as it happens, ``on_line`` each output line.
+    A failed step raises ``BootstrapError`` naming the step, command, exit code and output tail.
+    """
+    workdir = plan.workdir
+    # A client of its own, closed below: Fabric's cached ``conn.sftp()`` would stay closed
+    # for everyone else who asks for it later.
+    sftp = conn.client.open_sftp()
+    try:
+        if plan.uv is None:
+            plan = replace(plan, uv=_find_or_ship_uv(conn, sftp, workdir,
+                                                      plan.container is not None))
+        if plan.skyward_source == "local":
+            _put(sftp, f"{workdir}/project.tgz", project_archive(), 0o600)
+        if plan.includes is not None:
+            _put(sftp, f"{workdir}/includes.tgz", plan.includes.data, 0o600)
+        _put(sftp, f"{workdir}/agent.token", token.encode(), 0o600)
+        _put(sftp, f"{workdir}/bootstrap.sh", script(plan).encode(), 0o700)
+        if plan.container is not None:
+            _put(sftp, f"{workdir}/{NODE_SCRIPT}", node_script(plan).encode(), 0o700)
+        if plan.etcd is not None:
+            _mkdirs(sftp, f"{workdir}/{ETCD_CERTS}")
+            for name, pem in (("ca.crt", plan.etcd.ca_pem), ("server.crt", plan.etcd.cert_pem),
+                              ("server.key", plan.etcd.key_pem)):
+                _put(sftp, f"{workdir}/{ETCD_CERTS}/{name}", pem.encode(), 0o600)
+        for file in plan.volumes.files:
+            _put(sftp, f"{workdir}/{file.path}", file.content, file.mode)
+    finally:
+        sftp.close()
+    watcher = StepWatcher(plan.node, [name for name, _ in steps(plan)], on_step, on_line)
+    try:
+        result = conn.run(
+            f"bash {shlex.quote(workdir)}/bootstrap.sh", hide=False, warn=True, in_stream=False,
+            out_stream=watcher, err_stream=watcher, timeout=plan.timeout,
+        )
+    except CommandTimedOut:
+        failure = watcher.failure(124, reason=f"timed out after {plan.timeout:g}s")
+        raise BootstrapError(
+            f"bootstrap of node {plan.node} timed out after {plan.timeout:g}s in step "
+            f"{failure.step!r} (raise Image.bootstrap_timeout or Options.bootstrap_timeout)"
+        ) from None
+    if result.exited != 0:
+        raise BootstrapError(watcher.failure(result.exited).describe(plan.node))
+    if watcher.agent_port is None:
+        raise BootstrapError(f"bootstrap of node {plan.node} did not report the agent port:\n"
+                             + redact(result.stdout[-2000:]))
+    return watcher.agent_port
+
+
+def _mkdirs(sftp: object, path: str) -> None:
+    current = ""
+    for part in path.strip("/").split("/"):
+        current += "/" + part
+        try:
+            sftp.stat(current)  # type: ignore[attr-defined]
+        except OSError:
+            sftp.mkdir(current, 0o700)  # type: ignore[attr-defined]
+
+
+def _put(sftp: object, path: str, data: bytes, mode: int) -> None:
+    with sftp.open(path, "wb") as remote:  # type: ignore[attr-defined]
+        remote.chmod(mode)  # before any byte is written: the token is never world-readable
+        remote.write(data)
+
+
+def local_interpreter() -> str:
+    """The client's interpreter; Local nodes share this machine, so they can use it directly."""
+    return sys.executable
