@@ -7,7 +7,6 @@ A 1 KB call first warms up; then the median of 3 calls.
 from __future__ import annotations
 
 import numpy as np
-
 import workloads
 from common import Row, System, repeat_until, timed
 

@@ -1,7 +1,7 @@
 """After every chaos test, a leak check: nothing a pool starts outlives the test.
 
 It counts, by kind, the processes of this session's home (sshd, agent, worker, etcd, watchdog,
-warm-pool keeper) and every ``pulumi.dynamic`` provider process of this user, the node
+warm-pool keeper, the engine's ``pulumi.dynamic`` provider processes), the node
 sandboxes on disk and the resources of every stack the test created, and fails when any of
 them is left once the test is over (after a grace period: a destroy's last processes may still
 be exiting).
@@ -48,12 +48,13 @@ def _zombie(pid: str) -> bool:
         return True
 
 
-def processes(nodes_dir: Path) -> dict[int, str]:
-    """Live processes a pool of this home can leave, as pid -> kind. Node processes count when
-    their command line, working directory or environment names the home's sandboxes; provider
-    processes always (any of them is a leak)."""
+def processes(home_dir: Path) -> dict[int, str]:
+    """Live processes a pool of this home can leave, as pid -> kind: those whose command line,
+    working directory or environment names the home (a node's sandbox is inside it; the
+    engine's providers and the keepers inherit ``SKYWARD_HOME``). Other homes' processes, such
+    as another pytest worker's, are not this session's to judge."""
     found: dict[int, str] = {}
-    marker = str(nodes_dir)
+    marker = str(home_dir)
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid() or _zombie(proc.name):
             continue
@@ -61,14 +62,13 @@ def processes(nodes_dir: Path) -> dict[int, str]:
         kind = next((k for k, needle in KINDS.items() if needle in command), None)
         if kind is None:
             continue
-        if kind not in ("provider", "provider host", "keeper"):
-            try:
-                where = os.readlink(proc / "cwd")
-                environ = (proc / "environ").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if marker not in command and marker not in where and marker not in environ:
-                continue
+        try:
+            where = os.readlink(proc / "cwd")
+            environ = (proc / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker not in command and marker not in where and marker not in environ:
+            continue
         found[int(proc.name)] = kind
     return found
 
@@ -88,7 +88,7 @@ def stacks_with_resources(before: set[str]) -> dict[str, int]:
 def _leaks(nodes_dir: Path, pids_before: set[int], sandboxes_before: set[Path],
            stacks_before: set[str]) -> list[str]:
     leaks = [f"{kind} process {pid}: {_command_line(str(pid))[:160]}"
-             for pid, kind in processes(nodes_dir).items() if pid not in pids_before]
+             for pid, kind in processes(home.skyward_home()).items() if pid not in pids_before]
     leaks += [f"sandbox {path}" for path in sorted(sandboxes(nodes_dir) - sandboxes_before)]
     leaks += [f"stack {name} holds {count} resource(s)"
               for name, count in stacks_with_resources(stacks_before).items()]
@@ -100,7 +100,7 @@ def leak_check() -> Iterator[None]:
     from skyward_iac.infra.stack import list_records
 
     nodes_dir = home.local_nodes_dir()
-    pids_before = set(processes(nodes_dir))
+    pids_before = set(processes(home.skyward_home()))
     sandboxes_before = sandboxes(nodes_dir)
     stacks_before = {record.name for record in list_records(only_live=False)}
     yield

@@ -26,15 +26,21 @@ ATTACKER = Path(__file__).with_name("provider_attacker.py")
 
 
 def provider_processes() -> list[int]:
-    """This machine's dynamic-provider processes (ours and the SDK's own)."""
+    """This session's dynamic-provider processes (ours and the SDK's own): those of this
+    home, which they inherit from the engine (another pytest worker's are not ours)."""
+    marker = os.environ["SKYWARD_HOME"].encode()
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 cmdline = (proc / "cmdline").read_bytes()
+                if not (b"skyward_iac.infra.provider_host" in cmdline
+                        or b"-m\x00pulumi.dynamic" in cmdline):
+                    continue
+                environ = (proc / "environ").read_bytes()
             except OSError:
                 continue
-            if b"skyward_iac.infra.provider_host" in cmdline or b"-m\x00pulumi.dynamic" in cmdline:
+            if marker in environ or marker in cmdline:
                 found.append(int(proc.name))
     return found
 

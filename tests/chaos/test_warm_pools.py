@@ -33,11 +33,14 @@ def open_pool(nodes: int, keep_warm: float, mark: str = "a") -> dict[str, str]:
 
 
 def keepers() -> list[int]:
+    """This home's keeper processes (another pytest worker's are not ours)."""
+    marker = os.environ["SKYWARD_HOME"].encode()
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if b"skyward_iac.orchestration.keeper" in (proc / "cmdline").read_bytes():
+                if (b"skyward_iac.orchestration.keeper" in (proc / "cmdline").read_bytes()
+                        and marker in (proc / "environ").read_bytes()):
                     found.append(int(proc.name))
             except OSError:
                 continue
