@@ -62,7 +62,7 @@ def dispatch_figures(names: list[str], figures: set[int]) -> tuple[list[Row], di
     """Figures 1, 2, 3 and 5: every system started once, measured, and stopped."""
     lat: dict[str, dict[str, float]] = {}
     tput: dict[str, float] = {}
-    tput_default: dict[str, float] = {}
+    tput_fixed: dict[int, float] = {}
     bulk_rates: dict[str, float] = {}
     shared: dict[str, dict[str, float | None]] = {}
     for name in names:
@@ -79,12 +79,6 @@ def dispatch_figures(names: list[str], figures: set[int]) -> tuple[list[Row], di
             if 2 in figures:
                 tput[name] = throughput.measure(system)
                 say(f"{name}: {tput[name]:.0f} tasks/s")
-                if name == SKYWARD:
-                    # The default Worker(buffer=0): one task in flight per node.
-                    system.pool.slots_per_node = 1
-                    tput_default[name] = throughput.measure(system, 2_000)
-                    system.pool.slots_per_node = 1 + system.buffer
-                    say(f"{name}: {tput_default[name]:.0f} tasks/s with buffer=0")
             if 3 in figures:
                 bulk_rates[name] = bulk.measure(system)
                 say(f"{name}: {bulk_rates[name]:.0f} MB/s")
@@ -96,21 +90,43 @@ def dispatch_figures(names: list[str], figures: set[int]) -> tuple[list[Row], di
         finally:
             system.stop()
             say(f"{name}: stopped")
+        if name == SKYWARD and 2 in figures:
+            tput_fixed.update(fixed_buffers())
     rows: list[Row] = []
     if lat:
         rows += latency.rows(lat)
     if tput:
-        rows += throughput.rows(tput, f"skyward: Worker(buffer={Skyward().buffer})")
-    if tput_default:
-        rows += [Row("2. 2k trivial tasks", "tasks/s", "higher", None, dict(tput_default),
-                     "skyward: default Worker(buffer=0), one task in flight per node")]
+        rows += throughput.rows(tput, "skyward: the default Worker(), buffer='auto'")
+    for buffer, rate in tput_fixed.items():
+        rows += [Row("2. 10k trivial tasks", "tasks/s", "higher", None, {SKYWARD: rate},
+                     f"skyward: Worker(buffer={buffer}), a pool of its own")]
     if bulk_rates:
         rows += bulk.rows(bulk_rates)
     if shared:
         rows += collection_ops.rows(shared)
-    raw = {"latency": lat, "throughput": tput, "throughput_buffer0": tput_default,
+    raw = {"latency": lat, "throughput": tput, "throughput_fixed_buffer": tput_fixed,
            "bulk": bulk_rates, "collections": shared}
     return rows, raw
+
+
+def fixed_buffers(buffers: tuple[int, ...] = (64, 0)) -> dict[int, float]:
+    """Figure 2 for skyward with a fixed ``Worker(buffer=N)``, each in a pool of its own,
+    beside the default "auto" measured just before."""
+    rates: dict[int, float] = {}
+    for buffer in buffers:
+        try:
+            system = _started(functools.partial(Skyward, buffer=buffer), 2)
+        except Exception:
+            say(f"skyward buffer={buffer} did not start:\n{traceback.format_exc()}")
+            continue
+        try:
+            rates[buffer] = throughput.measure(system)
+            say(f"skyward: {rates[buffer]:.0f} tasks/s with buffer={buffer}")
+        except Exception:
+            say(f"skyward buffer={buffer} failed:\n{traceback.format_exc()}")
+        finally:
+            system.stop()
+    return rates
 
 
 def cold_figures(names: list[str], node_counts: list[int], repeat: int

@@ -11,9 +11,10 @@ from typing import Any
 
 import workloads
 
-#: Items each node is sent ahead of its running task (``sky.Worker(buffer=...)``): the peers
-#: all pipeline work to their workers, so skyward_iac is measured with its prefetch on too.
-SKYWARD_BUFFER = 64
+#: Items each node is sent ahead of its running task (``sky.Worker(buffer=...)``): the
+#: default, "auto", paces each node (skyward_iac/remote/pacing.py); run.py also measures
+#: fixed ones.
+SKYWARD_BUFFER: int | str = "auto"
 #: numpy on the nodes for the bulk figure. ``--offline``: a Local node's SSH session does not
 #: inherit this machine's CA settings, and scripts/setup already put numpy in the uv cache.
 NODE_PACKAGES = ["--offline", "numpy==2.4.6"]
@@ -29,7 +30,8 @@ class Skyward:
     #: log console, since the bench's stderr is a pipe.
     console: bool | str = True
 
-    def __init__(self, buffer: int = SKYWARD_BUFFER, packages: list[str] | None = None) -> None:
+    def __init__(self, buffer: int | str = SKYWARD_BUFFER,
+                 packages: list[str] | None = None) -> None:
         self.buffer = buffer
         self.packages = NODE_PACKAGES if packages is None else packages
         self._compute: Any = None

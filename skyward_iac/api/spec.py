@@ -179,16 +179,31 @@ class Worker(_Frozen):
     """Per-node execution: task slots, prefetching and the executor.
 
     ``concurrency`` tasks run at once on each node; ``buffer`` more are sent ahead so a node
-    never waits for the client between short tasks. ``executor="thread"`` runs tasks as threads
-    of one worker process; ``"process"`` gives each slot its own process (CPU-bound pure Python
-    scales across cores) and ``reuse_processes=False`` a fresh process per task.
+    never waits for the client between short tasks. ``"auto"`` (the default) sends ahead about
+    one round trip's worth of work, measured per node: nothing ahead of tasks that run longer
+    than a round trip (fair: no task waits behind a long one while another node idles), up to
+    64 ahead of trivial ones; an int fixes the number. ``executor="thread"`` runs tasks as
+    threads of one worker process; ``"process"`` gives each slot its own process (CPU-bound
+    pure Python scales across cores) and ``reuse_processes=False`` a fresh process per task.
     """
 
     positional = ("concurrency", "buffer", "executor", "reuse_processes")
     concurrency: int = Field(default=1, ge=1)
-    buffer: int = Field(default=0, ge=0)
+    buffer: int | Literal["auto"] = "auto"
     executor: Literal["auto", "thread", "process"] = "auto"
     reuse_processes: bool = True
+
+    @field_validator("buffer")
+    @classmethod
+    def _buffer(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("buffer must be 'auto' or an int >= 0")
+        return value
+
+    @property
+    def fixed_buffer(self) -> int:
+        """The tasks always sent ahead (0 for "auto", whose extra is measured per node)."""
+        return self.buffer if isinstance(self.buffer, int) else 0
 
     @property
     def resolved_executor(self) -> Literal["thread", "process"]:

@@ -1,10 +1,11 @@
 """``Dispatcher``: a pool's queue of calls and how they reach nodes.
 
 Calls wait in one queue and are handed to nodes in service with a free slot (a node takes
-``concurrency + buffer`` tasks at a time), round-robin among nodes with room, or to the node a
-call targets. The caller's thread places what fits at once (no thread hop on the way out); a
-dispatcher thread places the rest as results free slots. All calls placed on one node in one
-go travel in one frame.
+``concurrency + buffer`` tasks at a time; with ``buffer="auto"`` the buffer is what the node's
+measured pace asks for, see ``remote/pacing.py``), round-robin among nodes with room, or to
+the node a call targets. The caller's thread places what fits at once (no thread hop on the
+way out); a dispatcher thread places the rest as results free slots. All calls placed on one
+node in one go travel in one frame.
 
 The dispatcher alone decides what becomes of a call whose node was lost: the node leaves
 service first, then each of its unfinished calls is retried (at most
@@ -71,7 +72,10 @@ class Dispatcher:
                  task_ids: Iterable[int] | None = None) -> None:
         self.stack = stack
         self.options = options
-        self.slots_per_node = options.worker.concurrency + options.worker.buffer
+        worker = options.worker
+        #: The slots every node always has (``concurrency`` plus a fixed ``buffer``).
+        self.slots_per_node = worker.concurrency + worker.fixed_buffer
+        self._paced = worker.buffer == "auto"
         self.task_ids = iter(task_ids or itertools.count(1))
         self.events = TaskEvents(stack, events, self.load)
         self._calls: deque[Call] = deque()
@@ -168,7 +172,7 @@ class Dispatcher:
         by_index = {node.index: position for position, node in enumerate(service)}
         # A node whose connection just broke has no room: it leaves service in a moment.
         room = [0 if node.agent.closed else
-                self.slots_per_node - node.agent.in_flight - self._placing.get(node.index, 0)
+                self._slots(node) - node.agent.in_flight - self._placing.get(node.index, 0)
                 for node in service]
         free = sum(r for r in room if r > 0)
         placed: dict[Node, list[Call]] = {}
@@ -196,6 +200,12 @@ class Dispatcher:
         for node, calls in placed.items():
             self._placing[node.index] = self._placing.get(node.index, 0) + len(calls)
         return placed
+
+    def _slots(self, node: Node) -> int:
+        """Tasks ``node`` may hold now: its fixed slots, plus its paced extra when "auto"."""
+        if not self._paced:
+            return self.slots_per_node
+        return self.slots_per_node + node.agent.pace.ahead(self.options.worker.concurrency)
 
     def _send(self, placed: dict[Node, list[Call]]) -> None:
         """Hand each node its calls, in one frame per node (outside ``_wakeup``)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError, RemoteError, SkywardError
 from skyward_iac.remote import protocol
+from skyward_iac.remote.pacing import Pace
 from skyward_iac.remote.protocol import (
     ByteStream,
     Cancel,
@@ -58,6 +59,9 @@ class Submission:
     duration: float | None = None
     #: Where the task's output is written (a Jupyter kernel's cell; see orchestration/notebook).
     context: contextvars.Context | None = None
+    #: When it was sent (monotonic), and whether nothing else was pending on the node then.
+    sent_at: float = 0.0
+    sent_idle: bool = False
 
 
 class AgentClient:
@@ -81,6 +85,8 @@ class AgentClient:
         #: Called with the node index and the notice when its cloud announces its preemption.
         self.on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
         self._channel = protocol.Channel(stream)
+        #: The node's measured round-trip overhead and task run time (``Worker(buffer="auto")``).
+        self.pace = Pace()
         self._pending: dict[int, Submission] = {}
         self._pending_lock = threading.Lock()
         self._deadlines: list[tuple[float, int, float]] = []
@@ -147,9 +153,11 @@ class AgentClient:
             # resolved or handed back by whoever closes the connection.
             if self._closed:
                 raise NodeConnectionError(f"node {self.node}: connection is closed")
+            now = time.monotonic()
             for submission in submissions:
                 if submission.future.cancelled():
                     continue
+                submission.sent_at, submission.sent_idle = now, not self._pending
                 self._pending[submission.task_id] = submission
                 tasks.append(Task(submission.task_id, submission.name, submission.payload,
                                   submission.timeout, submission.buffers))
@@ -255,6 +263,8 @@ class AgentClient:
         entry = self._take(result.task_id)
         if entry is None:
             return  # timed out already
+        self.pace.record(elapsed=time.monotonic() - entry.sent_at, duration=result.duration,
+                         sent_idle=entry.sent_idle)
         future, name = entry.future, entry.name
         if future.done():
             return  # cancelled by its caller

@@ -100,3 +100,20 @@ def test_a_retained_notice_reaches_clients_that_connect_later() -> None:
     listeners.add(late)  # type: ignore[arg-type]
     assert early.messages == [notice, "a metric sample"]
     assert late.messages == [notice]
+
+
+def test_the_client_measures_the_nodes_pace_from_real_results(agent: int) -> None:
+    """Trivial tasks one at a time: the overhead (round trip) dwarfs the run time, so "auto"
+    would send ahead; a 0.2 s task is longer than the round trip, so nothing ahead."""
+    client = AgentClient(socket.create_connection(("127.0.0.1", agent)), TOKEN, node=3)
+    try:
+        for _ in range(20):
+            assert client.submit("abs", protocol.dumps((abs, (-1,), {})), timeout=10).result(10)
+        assert client.pace.overhead is not None and client.pace.overhead > 0
+        assert client.pace.duration is not None and client.pace.duration < client.pace.overhead
+        assert client.pace.ahead(1) >= 2
+        for _ in range(15):
+            client.submit("sleep", protocol.dumps((time.sleep, (0.2,), {})), timeout=10).result(10)
+        assert client.pace.ahead(1) == 0
+    finally:
+        client.close()

@@ -23,6 +23,7 @@ from skyward_iac.orchestration.teardown import Teardown
 from skyward_iac.remote import protocol
 from skyward_iac.remote.agent_client import AgentClient, Submission
 from skyward_iac.remote.calls import pack_call
+from skyward_iac.remote.pacing import Pace
 from skyward_iac.remote.protocol import Welcome
 
 
@@ -37,6 +38,7 @@ class FakeAgent:
     on_results: Any = None
     on_started: Any = None
     on_lost: Any = None
+    pace: Pace = field(default_factory=Pace)
 
     @property
     def in_flight(self) -> int:
@@ -75,9 +77,10 @@ class FakeNode:
 class Harness:
     """A dispatcher and a membership wired as ``PoolLifecycle`` wires them."""
 
-    def __init__(self, nodes: int, retries: int = 3, timeout: float = 300.0) -> None:
+    def __init__(self, nodes: int, retries: int = 3, timeout: float = 300.0,
+                 worker: sky.Worker | None = None) -> None:
         options = sky.Options(retry_on_interruption=retries, default_compute_timeout=timeout,
-                              console=False, worker=sky.Worker(concurrency=2))
+                              console=False, worker=worker or sky.Worker(concurrency=2))
         self.dispatcher = Dispatcher("test", options, EventBus())
         self.membership = Membership(Bounds(nodes, nodes, nodes), self.dispatcher.serve,
                                      lambda: None)
