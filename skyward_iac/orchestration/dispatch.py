@@ -35,6 +35,7 @@ from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.task_events import TaskEvents
 from skyward_iac.remote.agent_client import Submission, fail
 from skyward_iac.remote.calls import PackedCall
+from skyward_iac.remote.pacing import MAX_AHEAD, ahead
 
 log = logging.getLogger("skyward")
 #: How often queued calls are checked for having waited too long without any node to take them.
@@ -165,47 +166,60 @@ class Dispatcher:
 
     def _place(self) -> dict[Node, list[Call]]:
         """Take the queued calls that nodes have room for (queue order; untargeted calls
-        round-robin among nodes with room). Called with ``_wakeup`` held."""
+        round-robin among nodes with room, and when the first of them fits nowhere, the rest
+        wait behind it). Called with ``_wakeup`` held."""
         service = self._service
         if not self._calls or not service:
             return {}
         by_index = {node.index: position for position, node in enumerate(service)}
+        load = [node.agent.in_flight + self._placing.get(node.index, 0) for node in service]
+        # The longest expected run time among what each node holds ("auto" only).
+        longest = [node.agent.pace.longest_held() if self._paced else 0.0 for node in service]
         # A node whose connection just broke has no room: it leaves service in a moment.
-        room = [0 if node.agent.closed else
-                self._slots(node) - node.agent.in_flight - self._placing.get(node.index, 0)
-                for node in service]
-        free = sum(r for r in room if r > 0)
+        cap = [0 if node.agent.closed else self.slots_per_node + (MAX_AHEAD if self._paced else 0)
+               for node in service]
+        free = sum(max(0, c - n) for c, n in zip(cap, load, strict=True))
         placed: dict[Node, list[Call]] = {}
         skipped: list[Call] = []
         count = len(service)
+
+        def fits(position: int, call: Call) -> bool:
+            if load[position] >= cap[position]:
+                return False
+            if load[position] < self.slots_per_node:
+                return True  # a free slot takes anything
+            pace = service[position].agent.pace
+            run_time = max(longest[position], pace.run_time(call.name))
+            return load[position] < self.slots_per_node + ahead(
+                self.options.worker.concurrency, pace.overhead, run_time)
+
         while free > 0 and self._calls:
             call = self._calls.popleft()
             if call.fence is not None:
                 skipped.append(call)  # its first attempt may still run somewhere
                 continue
             if call.node is None:
-                position = next(p for step in range(count)
-                                if room[p := (self._next + step) % count] > 0)
+                position = next((p for step in range(count)
+                                 if fits(p := (self._next + step) % count, call)), None)
+                if position is None:
+                    skipped.append(call)  # no node has room for it: later ones wait behind it
+                    break
                 self._next = (position + 1) % count
             else:
-                found = by_index.get(call.node)
-                if found is None or room[found] <= 0:
+                position = by_index.get(call.node)
+                if position is None or not fits(position, call):
                     skipped.append(call)  # its node is full or away: later calls may fit
                     continue
-                position = found
-            room[position] -= 1
+            load[position] += 1
             free -= 1
+            if self._paced:
+                run_time = service[position].agent.pace.run_time(call.name)
+                longest[position] = max(longest[position], run_time)
             placed.setdefault(service[position], []).append(call)
         self._calls.extendleft(reversed(skipped))
         for node, calls in placed.items():
             self._placing[node.index] = self._placing.get(node.index, 0) + len(calls)
         return placed
-
-    def _slots(self, node: Node) -> int:
-        """Tasks ``node`` may hold now: its fixed slots, plus its paced extra when "auto"."""
-        if not self._paced:
-            return self.slots_per_node
-        return self.slots_per_node + node.agent.pace.ahead(self.options.worker.concurrency)
 
     def _send(self, placed: dict[Node, list[Call]]) -> None:
         """Hand each node its calls, in one frame per node (outside ``_wakeup``)."""

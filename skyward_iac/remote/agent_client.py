@@ -159,6 +159,7 @@ class AgentClient:
                     continue
                 submission.sent_at, submission.sent_idle = now, not self._pending
                 self._pending[submission.task_id] = submission
+                self.pace.sent(submission.name)
                 tasks.append(Task(submission.task_id, submission.name, submission.payload,
                                   submission.timeout, submission.buffers))
         if not tasks:
@@ -202,13 +203,17 @@ class AgentClient:
                 return None
             self._closed = True
             taken, self._pending = list(self._pending.values()), {}
+            self.pace.holding.clear()
         with self._deadline_wakeup:
             self._deadline_wakeup.notify()
         return taken
 
     def _take(self, task_id: int) -> Submission | None:
         with self._pending_lock:
-            return self._pending.pop(task_id, None)
+            taken = self._pending.pop(task_id, None)
+            if taken is not None:
+                self.pace.finished(taken.name)
+            return taken
 
     def _broken(self, reason: str) -> None:
         """The connection is unusable: close it and hand every pending task to ``on_lost``
@@ -263,8 +268,8 @@ class AgentClient:
         entry = self._take(result.task_id)
         if entry is None:
             return  # timed out already
-        self.pace.record(elapsed=time.monotonic() - entry.sent_at, duration=result.duration,
-                         sent_idle=entry.sent_idle)
+        self.pace.record(entry.name, elapsed=time.monotonic() - entry.sent_at,
+                         duration=result.duration, sent_idle=entry.sent_idle)
         future, name = entry.future, entry.name
         if future.done():
             return  # cancelled by its caller

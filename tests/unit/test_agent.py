@@ -11,6 +11,7 @@ import pytest
 from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.remote import protocol
 from skyward_iac.remote.agent_client import AgentClient
+from skyward_iac.remote.pacing import ahead
 from skyward_iac.remote.protocol import Welcome
 from tests.agent_process import TOKEN, closed_without_greeting, running_agent
 
@@ -109,11 +110,13 @@ def test_the_client_measures_the_nodes_pace_from_real_results(agent: int) -> Non
     try:
         for _ in range(20):
             assert client.submit("abs", protocol.dumps((abs, (-1,), {})), timeout=10).result(10)
-        assert client.pace.overhead is not None and client.pace.overhead > 0
-        assert client.pace.duration is not None and client.pace.duration < client.pace.overhead
-        assert client.pace.ahead(1) >= 2
-        for _ in range(15):
-            client.submit("sleep", protocol.dumps((time.sleep, (0.2,), {})), timeout=10).result(10)
-        assert client.pace.ahead(1) == 0
+        pace = client.pace
+        assert pace.overhead is not None and pace.overhead > 0
+        assert pace.run_time("abs") < pace.overhead
+        assert ahead(1, pace.overhead, pace.run_time("abs")) >= 2
+        assert pace.longest_held() == 0.0  # nothing held after the results
+        client.submit("sleep", protocol.dumps((time.sleep, (0.2,), {})), timeout=10).result(10)
+        assert pace.run_time("sleep") >= 0.2
+        assert ahead(1, pace.overhead, pace.run_time("sleep")) == 0
     finally:
         client.close()

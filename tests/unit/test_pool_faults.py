@@ -50,9 +50,12 @@ class FakeAgent:
         for submission in submissions:
             self.received.append(submission)
             self.pending[submission.task_id] = submission
+            self.pace.sent(submission.name)
 
     def finish(self, task_id: int, value: Any) -> None:
-        self.pending.pop(task_id).future.set_result(value)
+        call = self.pending.pop(task_id)
+        self.pace.finished(call.name)
+        call.future.set_result(value)
         if self.on_results:
             self.on_results()
 
