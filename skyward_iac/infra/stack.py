@@ -27,6 +27,7 @@ from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFound
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra import cloud_identity, engine, home, state_files
 from skyward_iac.infra.engine_command import EngineCommand
+from skyward_iac.infra.lean_stack import LeanStack
 from skyward_iac.infra.leases import LEASE_UNTIL
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.programs.pins import config_values, stack_pins
@@ -111,19 +112,19 @@ def _command(root: str) -> auto.PulumiCommand:
     return EngineCommand(root=root)
 
 
-def _workspace_options() -> auto.LocalWorkspaceOptions:
+def _workspace(program: auto.PulumiFn | None = None,
+               secrets_provider: str | None = None) -> auto.LocalWorkspace:
+    """A workspace on the project directory and the engine, running ``program`` inline."""
     found = engine.find_engine()
-    return auto.LocalWorkspaceOptions(
-        work_dir=_project_dir(),
-        pulumi_command=_command(str(found.root)),
-        env_vars=engine.engine_env(found),
+    return auto.LocalWorkspace(
+        work_dir=_project_dir(), pulumi_command=_command(str(found.root)),
+        env_vars=engine.engine_env(found), program=program, secrets_provider=secrets_provider,
     )
 
 
-def _select(name: str) -> auto.Stack:
+def _select(name: str) -> LeanStack:
     try:
-        return auto.select_stack(name, project_name=PROJECT, program=lambda: None,
-                                 opts=_workspace_options())
+        return LeanStack.select(name, _workspace(program=lambda: None))
     except auto.errors.StackNotFoundError:
         raise StackNotFoundError(
             f"no stack named {name!r} in {home.backend_url()} (are SKYWARD_HOME and "
@@ -140,7 +141,7 @@ def _engine_error(action: str, stack: str, exc: Exception) -> ProvisionError:
 class ClusterStack:
     """A handle on one pool's Pulumi stack."""
 
-    def __init__(self, stack: auto.Stack | None, name: str | None = None) -> None:
+    def __init__(self, stack: LeanStack | None, name: str | None = None) -> None:
         self._resolved = stack
         self._name = name or (stack.name if stack is not None else "")
         self._resolving = threading.Lock()
@@ -152,7 +153,7 @@ class ClusterStack:
         return self._name
 
     @property
-    def _stack(self) -> auto.Stack:
+    def _stack(self) -> LeanStack:
         """The Automation API stack, selected on first use for a lazy handle."""
         with self._resolving:
             if self._resolved is None:
@@ -168,13 +169,9 @@ class ClusterStack:
         """
         # Before the stack exists: a pin that cannot be learned leaves nothing behind.
         pinned = stack_pins(request, cloud_identity.RESOLVERS)
-        options = _workspace_options()
-        if provider := home.secrets_provider():
-            options.secrets_provider = provider  # e.g. awskms://: keys never in plaintext state
-        stack = auto.create_stack(
-            request.stack_name, project_name=PROJECT, program=program_for(request),
-            opts=options,
-        )
+        # A secrets provider such as awskms:// keeps keys out of the state in plaintext.
+        workspace = _workspace(program_for(request), home.secrets_provider())
+        stack = LeanStack.create(request.stack_name, workspace)
         if pinned:
             stack.set_all_config({key: auto.ConfigValue(value)
                                   for key, value in config_values(pinned).items()})
@@ -364,11 +361,7 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
     stored = state_files.read_stacks(directory, PROJECT) if directory else None
     if stored is not None:
         return [StackRecord(s.name, skyward_tags(s.tags), s.resource_count) for s in stored]
-    options = _workspace_options()
-    workspace = auto.LocalWorkspace(
-        work_dir=options.work_dir, pulumi_command=options.pulumi_command,
-        env_vars=options.env_vars,
-    )
+    workspace = _workspace()
     records = []
     for summary in workspace.list_stacks():
         name, count = summary.name.rsplit("/", 1)[-1], summary.resource_count or 0

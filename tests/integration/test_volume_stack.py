@@ -16,7 +16,7 @@ from skyward_iac.api.volumes import VolumeKeys, keys_from_outputs
 from skyward_iac.infra import home
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.exports import volume_exports
-from skyward_iac.infra.stack import PROJECT, _workspace_options
+from skyward_iac.infra.stack import _workspace
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +36,8 @@ def test_volume_keys_are_encrypted_in_the_stack_state() -> None:
         for name, value in volume_exports(request).items():
             pulumi.export(name, value)
 
-    stack = auto.create_stack(request.stack_name, project_name=PROJECT, program=program,
-                              opts=_workspace_options())
+    # The SDK's own Stack: its outputs() learns which values are secret (LeanStack's does not).
+    stack = auto.Stack.create(request.stack_name, _workspace(program))
     try:
         stack.up(on_output=lambda _line: None)
         output = stack.outputs()["volume_keys"]

@@ -150,15 +150,15 @@ def test_create_resolves_before_the_stack_exists_and_stores_the_pins(
         def set_tag(self, key: str, value: str) -> None:
             events.append(("tag", key))
 
-    def create_stack(name: str, **_: Any) -> FakeStack:
+    def create_stack(name: str, _workspace: Any) -> FakeStack:
         events.append(("create", name))
         return FakeStack()
 
     counting = Counting()
     monkeypatch.setattr(cloud_identity, "RESOLVERS", counting.resolvers())
-    monkeypatch.setattr(stack_module, "_workspace_options", lambda: type("O", (), {})())
+    monkeypatch.setattr(stack_module, "_workspace", lambda *_: None)
     monkeypatch.setattr(stack_module.home, "secrets_provider", lambda: None)
-    monkeypatch.setattr(stack_module.auto, "create_stack", create_stack)
+    monkeypatch.setattr(stack_module.LeanStack, "create", create_stack)
     stack_module.ClusterStack.create(aws_request(), tags={})
     assert events[:2] == [("create", "aws-pins"),
                           {"skyward:sshCidr": HOME, "skyward:awsAccountId": ACCOUNT}]

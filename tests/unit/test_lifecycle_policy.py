@@ -71,8 +71,10 @@ def test_tags_round_trip_and_keep_filterable_ones_separate() -> None:
     tags = {"owner": "me@here", "expires_at": "never", "provider": "local", "ttl": "600",
             "nodes": "2", "pid": "42"}
     stored = encode_tags(tags)
-    assert set(stored) == {"owner", "expires_at", "provider", "run"}
+    assert set(stored) == {"owner", "provider", "run"}
     assert decode_tags(stored) == tags
+    older = {"owner": "me@here", "expires_at": "never", "run": '{"ttl":"600"}'}  # before 11-24
+    assert decode_tags(older) == {"owner": "me@here", "expires_at": "never", "ttl": "600"}
     assert decode_tags({"owner": "x"}) == {"owner": "x"}
 
 
