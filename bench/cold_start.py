@@ -1,5 +1,7 @@
 """Figure 4, cold start of a Local pool: `with` to first result, and exit to destroyed, by node
-count, with the breakdown (create stack, `pulumi up`, nodes = SSH + bootstrap + agent, destroy).
+count, with the breakdown (create stack, `pulumi up`, nodes = SSH + bootstrap + agent, destroy);
+and the warm start: `with` to first result of a pool that adopts the nodes an equal pool left
+with ``Options(keep_warm=...)``.
 
 Run alone: .venv/bin/python bench/cold_start.py [--nodes 1 4] [--repeat 3] (skyward_iac only);
 bench/run.py runs it too, beside each peer's start-to-first-result and shutdown.
@@ -22,7 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import skyward_iac as sky  # noqa: E402
 from skyward_iac.infra import engine  # noqa: E402
 
-PHASES = ("create", "up", "nodes", "with->first result", "exit->destroyed")
+PHASES = ("create", "up", "nodes", "with->first result", "exit->destroyed", "warm->first result")
+#: How long the pool measured before a warm start keeps its nodes for it.
+KEEP_WARM = 120.0
 
 
 @sky.function
@@ -51,12 +55,28 @@ def measure(nodes: int) -> dict[str, float]:
             "exit->destroyed": time.monotonic() - exit_started}
 
 
+def measure_warm(nodes: int) -> float:
+    """Seconds from `with` to the first result of a pool that adopts the ``nodes`` an equal
+    pool just left warm; that pool keeps nothing warm, so nothing is left behind."""
+    with sky.Compute(provider=sky.Local(), nodes=nodes,
+                     options=sky.Options(keep_warm=KEEP_WARM)) as pool:
+        assert (first() >> pool) == 1
+    started = time.monotonic()
+    compute = sky.Compute(provider=sky.Local(), nodes=nodes)
+    with compute as pool:
+        assert (first() >> pool) == 1
+        warm = time.monotonic() - started
+        assert compute.lifecycle.adopted, "the second pool did not adopt the warm nodes"
+    return warm
+
+
 def run(node_counts: list[int], repeat: int) -> dict[int, dict[str, float]]:
     """Median seconds per phase for each node count, after one warm-up start."""
     measure(1)  # warm-up: first engine start, uv cache, page cache
     medians = {}
     for nodes in node_counts:
-        runs = [measure(nodes) for _ in range(repeat)]
+        runs = [{**measure(nodes), "warm->first result": measure_warm(nodes)}
+                for _ in range(repeat)]
         medians[nodes] = {phase: statistics.median(r[phase] for r in runs) for phase in runs[0]}
     return medians
 

@@ -155,6 +155,10 @@ def cold_figures(names: list[str], node_counts: list[int], repeat: int
                         None, first))
         rows.append(Row(f"4. {nodes} node(s): exit → destroyed / stopped", "s", "lower", None,
                         down))
+        if nodes in ours:  # peers have nothing like it: "—"
+            rows.append(Row(f"4. warm start {nodes} node(s): start → first result "
+                            "(adopts nodes an equal pool left with Options(keep_warm))", "s",
+                            "lower", 0.5, {SKYWARD: ours[nodes]["warm->first result"]}))
     return rows, ours
 
 
@@ -192,6 +196,9 @@ def breakdown(ours: dict[int, dict[str, float]]) -> str:
     for nodes, phases in ours.items():
         lines.append(f"| {nodes} | " + " | ".join(f"{phases.get(p, 0):.2f} s"
                                                   for p in cold_start.PHASES) + " |")
+    lines += ["", "warm start against cold start, same run: " + ", ".join(
+        f"{nodes} node(s) {p['with->first result'] / p['warm->first result']:.1f}× faster"
+        for nodes, p in ours.items() if p.get("warm->first result"))]
     return "\n".join(lines)
 
 
