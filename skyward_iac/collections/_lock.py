@@ -51,11 +51,12 @@ class Lock(Collection):
         client = self._store.client
         key = self._store.key(f"{uuid.uuid4().hex}")
         owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}".encode()
-        mine = self._store.write(key, owner, lease=self._session.lease_id())
+        # The claim and the first look at the contenders are one round trip.
+        mine, contenders = self._store.write_and_list(key, owner,
+                                                      lease=self._session.lease_id())
+        listed_at = mine
         try:
             while True:
-                contenders = client.range(self._store.prefix, prefix=True, keys_only=True,
-                                          oldest_first=True)
                 ahead = [kv.key.decode() for kv in contenders.kvs if kv.create_revision < mine]
                 if not any(kv.key.decode() == key for kv in contenders.kvs):
                     raise CollectionError(
@@ -75,7 +76,10 @@ class Lock(Collection):
                         "pass a larger timeout to sky.lock(...) or acquire(timeout=...)"
                     )
                 client.wait_for_change(ahead[-1], prefix=False, timeout=remaining,
-                                       start_revision=int(contenders.header.revision) + 1)
+                                       start_revision=listed_at + 1)
+                contenders = client.range(self._store.prefix, prefix=True, keys_only=True,
+                                          oldest_first=True)
+                listed_at = int(contenders.header.revision)
         except BaseException:
             # Withdraw, or the next waiter waits for us until our lease ends with the process.
             with contextlib.suppress(CollectionError):

@@ -99,16 +99,9 @@ class EtcdClient:
         oldest_first: bool = False,
         limit: int = 0,
     ) -> Any:
-        """A RangeRequest: one key, or every key under ``prefix``; ``oldest_first`` sorts by
-        create revision (etcd then sorts the whole range before applying ``limit``)."""
-        request = etcdrpc.RangeRequest(
-            key=key.encode(), keys_only=keys_only, count_only=count_only, limit=limit
-        )
-        if prefix:
-            request.range_end = prefix_range_end(key.encode())
-        if oldest_first:
-            request.sort_order = etcdrpc.RangeRequest.ASCEND
-            request.sort_target = etcdrpc.RangeRequest.CREATE
+        """A RangeRequest (see ``range_op`` for the arguments)."""
+        request = range_op(key, prefix=prefix, keys_only=keys_only, count_only=count_only,
+                           oldest_first=oldest_first, limit=limit).request_range
         with self._errors("read", key):
             return self._etcd.kvstub.Range(request, self.timeout)
 
@@ -270,6 +263,28 @@ def put_op(key: str, value: bytes, lease: int = 0) -> Any:
     return etcdrpc.RequestOp(
         request_put=etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease)
     )
+
+
+def range_op(
+    key: str,
+    *,
+    prefix: bool = False,
+    keys_only: bool = False,
+    count_only: bool = False,
+    oldest_first: bool = False,
+    limit: int = 0,
+) -> Any:
+    """Transaction op: read one key, or every key under ``prefix``; ``oldest_first`` sorts by
+    create revision (etcd then sorts the whole range before applying ``limit``)."""
+    request = etcdrpc.RangeRequest(
+        key=key.encode(), keys_only=keys_only, count_only=count_only, limit=limit
+    )
+    if prefix:
+        request.range_end = prefix_range_end(key.encode())
+    if oldest_first:
+        request.sort_order = etcdrpc.RangeRequest.ASCEND
+        request.sort_target = etcdrpc.RangeRequest.CREATE
+    return etcdrpc.RequestOp(request_range=request)
 
 
 def get_op(key: str) -> Any:

@@ -10,7 +10,7 @@ assigned to it, so a process always reads its own writes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.collections.cache import PrefixReplica
@@ -20,6 +20,7 @@ from skyward_iac.collections.client import (
     get_op,
     mod_revision_is,
     put_op,
+    range_op,
 )
 
 Consistency: TypeAlias = Literal["strong", "eventual"]
@@ -93,6 +94,18 @@ class Store:
             response = self.client.txn([], [put_op(k, v) for k, v in batch])
             for key, value in batch:
                 self._record(key, int(response.header.revision), value)
+
+    def write_and_list(self, key: str, value: bytes, *, lease: int = 0) -> tuple[int, Any]:
+        """Puts ``value`` at ``key`` and lists the collection's keys, oldest first, in one
+        transaction (one round trip; the listing includes the write). Returns the write's
+        revision, which is also the listing's, and the listing (a RangeResponse)."""
+        response = self.client.txn([], [
+            put_op(key, value, lease),
+            range_op(self.prefix, prefix=True, keys_only=True, oldest_first=True),
+        ])
+        revision = int(response.header.revision)
+        self._record(key, revision, value)
+        return revision, response.responses[1].response_range
 
     def remove(self, key: str) -> bytes | None:
         """Deletes ``key``; returns the value it had (None if it did not exist)."""

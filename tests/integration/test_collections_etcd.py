@@ -471,6 +471,23 @@ def test_a_lock_acquired_through_one_proxy_is_released_through_another(backend: 
     backend.lock("handoff").release()
 
 
+def test_an_uncontended_lock_pair_is_two_round_trips(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lock = backend.lock("two-trips", timeout=5)
+    lock.acquire()  # the process's lease is granted once, on first use
+    lock.release()
+    stub = backend.client._etcd.kvstub
+    calls: list[str] = []
+    for name in ("Range", "Put", "DeleteRange", "Txn"):
+        method = getattr(stub, name)
+        monkeypatch.setattr(stub, name, lambda *a, _m=method, _n=name, **k: (
+            calls.append(_n), _m(*a, **k))[1])
+    with backend.lock("two-trips", timeout=5):
+        assert calls == ["Txn"]  # the claim and the look at the contenders, together
+    assert calls == ["Txn", "DeleteRange"]
+
+
 # -- queue -----------------------------------------------------------------------------------
 
 
