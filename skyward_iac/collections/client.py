@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import grpc
 import pyetcd
@@ -89,21 +89,10 @@ class EtcdClient:
 
     # -- key/value -----------------------------------------------------------------------------
 
-    def range(
-        self,
-        key: str,
-        *,
-        prefix: bool = False,
-        keys_only: bool = False,
-        count_only: bool = False,
-        oldest_first: bool = False,
-        limit: int = 0,
-    ) -> Any:
-        """A RangeRequest (see ``range_op`` for the arguments)."""
-        request = range_op(key, prefix=prefix, keys_only=keys_only, count_only=count_only,
-                           oldest_first=oldest_first, limit=limit).request_range
+    def range(self, key: str, **options: Unpack[RangeOptions]) -> Any:
+        """A RangeRequest (see ``RangeOptions``)."""
         with self._errors("read", key):
-            return self._etcd.kvstub.Range(request, self.timeout)
+            return self._etcd.kvstub.Range(range_op(key, **options).request_range, self.timeout)
 
     def put(self, key: str, value: bytes, *, lease: int = 0) -> Any:
         """A PutRequest; the response header carries the write's revision."""
@@ -265,23 +254,27 @@ def put_op(key: str, value: bytes, lease: int = 0) -> Any:
     )
 
 
-def range_op(
-    key: str,
-    *,
-    prefix: bool = False,
-    keys_only: bool = False,
-    count_only: bool = False,
-    oldest_first: bool = False,
-    limit: int = 0,
-) -> Any:
-    """Transaction op: read one key, or every key under ``prefix``; ``oldest_first`` sorts by
-    create revision (etcd then sorts the whole range before applying ``limit``)."""
+class RangeOptions(TypedDict, total=False):
+    """What a range reads: one key, or every key under it as a ``prefix``; ``keys_only``,
+    ``count_only``; ``oldest_first`` sorts by create revision (etcd then sorts the whole range
+    before applying ``limit``)."""
+
+    prefix: bool
+    keys_only: bool
+    count_only: bool
+    oldest_first: bool
+    limit: int
+
+
+def range_op(key: str, **options: Unpack[RangeOptions]) -> Any:
+    """Transaction op: a range read (see ``RangeOptions``)."""
     request = etcdrpc.RangeRequest(
-        key=key.encode(), keys_only=keys_only, count_only=count_only, limit=limit
+        key=key.encode(), keys_only=options.get("keys_only", False),
+        count_only=options.get("count_only", False), limit=options.get("limit", 0),
     )
-    if prefix:
+    if options.get("prefix", False):
         request.range_end = prefix_range_end(key.encode())
-    if oldest_first:
+    if options.get("oldest_first", False):
         request.sort_order = etcdrpc.RangeRequest.ASCEND
         request.sort_target = etcdrpc.RangeRequest.CREATE
     return etcdrpc.RequestOp(request_range=request)
