@@ -513,6 +513,46 @@ def test_queue_delivers_every_item_exactly_once(
         assert items == sorted(items)  # FIFO as seen by each consumer
 
 
+def test_a_backlog_drains_in_one_round_trip_per_item(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    producer = backend.queue("backlog")
+    for item in range(40):
+        producer.put(item)
+    stub = backend.client._etcd.kvstub
+    calls: list[str] = []
+    for name in ("Range", "Txn"):
+        method = getattr(stub, name)
+        monkeypatch.setattr(stub, name, lambda *a, _m=method, _n=name, **k: (
+            calls.append(_n), _m(*a, **k))[1])
+    # A fresh proxy per get, as `sky.queue("backlog").get()` in a loop makes: one listing each
+    # 16 items is shared by the process, whatever the proxy.
+    assert [backend.queue("backlog").get(timeout=1) for _ in range(40)] == list(range(40))
+    assert calls.count("Txn") == 40 and calls.count("Range") == 3, calls
+
+
+def test_threads_of_one_process_share_the_listing_and_keep_fifo(backend: Backend) -> None:
+    count = 200
+    producer = backend.queue("threads")
+    for item in range(count):
+        producer.put(item)
+    got: list[list[int]] = [[] for _ in range(4)]
+
+    def consume(mine: list[int]) -> None:
+        queue = backend.queue("threads")
+        while (item := queue.get(timeout=0.5)) is not None:
+            mine.append(item)
+
+    threads = [threading.Thread(target=consume, args=(mine,)) for mine in got]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(item for mine in got for item in mine) == list(range(count))
+    for mine in got:
+        assert mine == sorted(mine)
+
+
 # -- barrier ---------------------------------------------------------------------------------
 
 
