@@ -34,7 +34,6 @@ from skyward_iac.infra.programs.pins import config_values, stack_pins
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import (
     DOWN_BY,
-    GC_TAGS,
     TAG_PREFIX,
     WARM_UNTIL,
     StackRecord,
@@ -148,8 +147,6 @@ class ClusterStack:
         self._resolving = threading.Lock()
         #: An engine update plan the next ``up`` must follow (a reviewed plan), then none.
         self.plan_file: Path | None = None
-        #: Writes the tags gc does not decide on, beside the first ``up`` (see ``create``).
-        self._tag_writer: threading.Thread | None = None
 
     @property
     def name(self) -> str:
@@ -178,34 +175,9 @@ class ClusterStack:
         if pinned:
             stack.set_all_config({key: auto.ConfigValue(value)
                                   for key, value in config_values(pinned).items()})
-        encoded = encode_tags(tags)
-        # gc decides on these: they are in before any resource can exist.
-        for key in GC_TAGS & encoded.keys():
-            stack.set_tag(TAG_PREFIX + key, encoded[key])
-        # The rest (owner, provider) only label the stack: written while `up` runs, each tag
-        # being one engine command (~0.13 s); `up` never writes the stack's tags.
-        handle = cls(stack)
-        later = {key: value for key, value in encoded.items() if key not in GC_TAGS}
-        handle._tag_writer = threading.Thread(target=handle._write_tags, args=(later,),
-                                              name=f"{stack.name}-tags", daemon=True)
-        handle._tag_writer.start()
-        return handle
-
-    def _write_tags(self, tags: Mapping[str, str]) -> None:
-        for key, value in tags.items():
-            try:
-                self._stack.set_tag(TAG_PREFIX + key, value)
-            except auto.errors.CommandError as exc:
-                log.warning("stack %s: tag %s not written (%s)", self.name, key,
-                            str(exc).strip().splitlines()[-1:])
-
-    def _tagged(self) -> LeanStack:
-        """The stack once the tags written beside the first ``up`` are in: one tag writer at
-        a time, and every reader sees them."""
-        if (writer := self._tag_writer) is not None:
-            writer.join()
-            self._tag_writer = None
-        return self._stack
+        for key, value in encode_tags(tags).items():
+            stack.set_tag(TAG_PREFIX + key, value)
+        return cls(stack)
 
     @classmethod
     def select(cls, name: str, lazy: bool = False) -> ClusterStack:
@@ -254,8 +226,8 @@ class ClusterStack:
         """Delete every resource of the stack; the stack itself stays on record, and
         ``message`` (how the run ended) stays in its update history."""
         try:
-            self._tagged().destroy(on_output=on_output or log.debug, color="never",
-                                   message=message, on_event=on_event)
+            self._stack.destroy(on_output=on_output or log.debug, color="never", message=message,
+                                on_event=on_event)
         except auto.errors.ConcurrentUpdateError:
             raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
         except auto.errors.CommandError as exc:
@@ -348,37 +320,35 @@ class ClusterStack:
     def mark_taken_down(self, by: str) -> None:
         """Tag the stack as destroyed from outside its pool (before destroying it), so its
         owner, if it still runs, stops instead of recreating its nodes."""
-        self._tagged().set_tag(TAG_PREFIX + DOWN_BY, by)
+        self._stack.set_tag(TAG_PREFIX + DOWN_BY, by)
 
     def renew_lease(self, until: str) -> None:
         """Move the stack's lease forward to ``until`` (ISO time): ``gc`` leaves it alone."""
-        self._tagged().set_tag(TAG_PREFIX + LEASE_UNTIL, until)
+        self._stack.set_tag(TAG_PREFIX + LEASE_UNTIL, until)
 
     def set_warm(self, until: str | None) -> None:
         """Tag the stack as kept warm until ``until`` (ISO time), or no longer (None)."""
-        stack = self._tagged()
         if until:
-            stack.set_tag(TAG_PREFIX + WARM_UNTIL, until)
+            self._stack.set_tag(TAG_PREFIX + WARM_UNTIL, until)
         else:
             try:
-                stack.remove_tag(TAG_PREFIX + WARM_UNTIL)
+                self._stack.remove_tag(TAG_PREFIX + WARM_UNTIL)
             except auto.errors.CommandError:
                 pass  # it had none
 
     def update_tags(self, changes: Mapping[str, str]) -> None:
         """Rewrite some of the stack's tags (``nodes``, ``usd_per_hour`` after a resize) in
         their stored form; only the stored tags that change are written."""
-        stack = self._tagged()
         stored = {key.removeprefix(TAG_PREFIX): value
-                  for key, value in stack.workspace.list_tags(self.name).items()
+                  for key, value in self._stack.workspace.list_tags(self.name).items()
                   if key.startswith(TAG_PREFIX)}
         for key, value in encode_tags({**decode_tags(stored), **changes}).items():
             if stored.get(key) != value:
-                stack.set_tag(TAG_PREFIX + key, value)
+                self._stack.set_tag(TAG_PREFIX + key, value)
 
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""
-        return skyward_tags(self._tagged().workspace.list_tags(self.name))
+        return skyward_tags(self._stack.workspace.list_tags(self.name))
 
 
 def list_records(only_live: bool = False) -> list[StackRecord]:

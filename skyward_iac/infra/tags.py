@@ -33,9 +33,6 @@ DOWN_BY = "down_by"
 #: Set while a warm pool's keeper keeps the stack's nodes for their next user (ISO time).
 WARM_UNTIL = "warm_until"
 RUN_TAG = "run"
-#: What gc decides on (``created_at``, ``expires_at``, host and pid travel in ``run``): written
-#: before a stack's first ``up``; the others may follow while it runs.
-GC_TAGS = frozenset({RUN_TAG, "lease_until"})
 
 
 @dataclass(frozen=True, slots=True)
