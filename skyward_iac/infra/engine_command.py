@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from typing import IO
 
@@ -35,15 +36,41 @@ def interrupt_policy(args: list[str]) -> str:
     return "wait" if "destroy" in args else "cancel"
 
 
+#: What the engine says when it read a stack's tags file while another command (a lease
+#: renewal, say) was rewriting it; nothing was done yet, so the command is simply run again.
+TAGS_FILE_RACE = "failed to read stack tags file"
+#: How many times a command that lost that race is run in all.
+ATTEMPTS = 3
+
+
+def lost_tags_race(result: CommandResult) -> bool:
+    """Whether ``result`` failed only because the stack's tags file was being rewritten."""
+    return result.code != 0 and TAGS_FILE_RACE in result.stderr
+
+
 class EngineCommand(PulumiCommand):
     """A ``PulumiCommand`` whose commands run in their own session (see the module doc)."""
 
     def run(self, args: list[str], cwd: str, additional_env: Mapping[str, str],
             on_output: OnOutput | None = None,
             on_error: OnOutput | None = None) -> CommandResult:
-        """Run the CLI with ``args`` (as the SDK's ``run`` does, in its own session)."""
+        """Run the CLI with ``args`` (as the SDK's ``run`` does, in its own session); a run
+        that lost the tags-file race (``TAGS_FILE_RACE``) is run again, up to ``ATTEMPTS``."""
         if "--non-interactive" not in args:
             args.insert(0, "--non-interactive")
+        for attempt in range(1, ATTEMPTS + 1):
+            result = self._run_once(args, cwd, additional_env, on_output, on_error)
+            if not lost_tags_race(result) or attempt == ATTEMPTS:
+                break
+            log.info("pulumi %s read the stack's tags while they were being written; "
+                     "running it again", args[1] if len(args) > 1 else "")
+            time.sleep(0.1 * attempt)
+        if result.code != 0:
+            raise create_command_error(result)
+        return result
+
+    def _run_once(self, args: list[str], cwd: str, additional_env: Mapping[str, str],
+                  on_output: OnOutput | None, on_error: OnOutput | None) -> CommandResult:
         env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
         engine_dir = os.path.dirname(self.command)
         env["PATH"] = os.pathsep.join([engine_dir, env.get("PATH", "")])
@@ -63,11 +90,8 @@ class EngineCommand(PulumiCommand):
             reader.join()
         if interrupted is not None:
             raise interrupted
-        result = CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr),
-                               code=process.returncode)
-        if process.returncode != 0:
-            raise create_command_error(result)
-        return result
+        return CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr),
+                             code=process.returncode)
 
 
 def _wait(process: subprocess.Popen[str], policy: str) -> KeyboardInterrupt | None:

@@ -10,8 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from pulumi.automation.errors import CommandError
 
-from skyward_iac.infra.engine_command import interrupt_policy
+from skyward_iac.infra.engine_command import (
+    ATTEMPTS,
+    TAGS_FILE_RACE,
+    EngineCommand,
+    interrupt_policy,
+)
 from skyward_iac.infra.provider_host import socket_owner
 from skyward_iac.infra.state_repair import repair
 
@@ -62,3 +68,42 @@ def test_broken_sidecars_are_removed_and_an_empty_checkpoint_restored(tmp_path: 
     assert repair(tmp_path) == []  # nothing left to mend
     (stacks / "d.json.attrs").write_text("")  # just written: may be under way, left alone
     assert repair(tmp_path) == []
+
+
+FAKE_ENGINE = """#!/bin/sh
+if [ "$2" = version ] || [ "$1" = version ]; then echo v3.259.0; exit 0; fi
+runs=$(($(cat "$RUNS" 2>/dev/null || echo 0) + 1)); echo $runs > "$RUNS"
+if [ "$runs" -le "$FAILS" ]; then echo "error: $FAILURE" >&2; exit 255; fi
+echo "updated on run $runs"
+"""
+
+
+def fake_engine(tmp_path: Path) -> EngineCommand:
+    binary = tmp_path / "bin" / "pulumi"
+    binary.parent.mkdir()
+    binary.write_text(FAKE_ENGINE)
+    binary.chmod(0o755)
+    return EngineCommand(root=str(tmp_path))
+
+
+@pytest.mark.parametrize(("fails", "runs"), [(1, 2), (2, 3)])
+def test_a_command_that_read_the_tags_file_mid_write_runs_again(
+    tmp_path: Path, fails: int, runs: int,
+) -> None:
+    env = {"RUNS": str(tmp_path / "runs"), "FAILS": str(fails),
+           "FAILURE": "failed to load stack tags: failed to read stack tags file: EOF"}
+    result = fake_engine(tmp_path).run(["up", "--yes"], str(tmp_path), env)
+    assert result.stdout == f"updated on run {runs}"
+    assert (tmp_path / "runs").read_text().strip() == str(runs)
+
+
+@pytest.mark.parametrize("failure", [
+    "failed to load stack tags: failed to read stack tags file: EOF",  # every attempt lost
+    "the stack is locked by another update",  # any other failure: never run again
+])
+def test_other_failures_and_the_last_attempt_raise(tmp_path: Path, failure: str) -> None:
+    env = {"RUNS": str(tmp_path / "runs"), "FAILS": "99", "FAILURE": failure}
+    with pytest.raises(CommandError, match=failure.split(":")[0]):
+        fake_engine(tmp_path).run(["up", "--yes"], str(tmp_path), env)
+    expected = ATTEMPTS if TAGS_FILE_RACE in failure else 1
+    assert (tmp_path / "runs").read_text().strip() == str(expected)
