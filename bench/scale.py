@@ -31,14 +31,6 @@ import skyward_iac as sky  # noqa: E402
 LOCAL_NODES = (1, 8, 16, 32)
 AWS_NODES = (32, 64, 128, 256)
 MAP_TASKS = 10_000
-#: What the AWS program asks the cloud while it runs, answered by the mocks.
-AWS_INVOKES = {
-    "aws:ec2/getAmi:getAmi": {"id": "ami-0123456789"},
-    "aws:ec2/getVpc:getVpc": {"id": "vpc-default"},
-    "aws:ec2/getSubnet:getSubnet": {"id": "subnet-default"},
-    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": {
-        "locations": ["us-east-1d", "us-east-1b", "us-east-1c"]},
-}
 
 
 @sky.function
@@ -89,7 +81,7 @@ def aws_program(nodes: int) -> dict[str, float]:
     """Declare ``nodes`` AWS instances under the mocks, in this (fresh) process."""
     from skyward_iac.infra.programs import ClusterRequest
     from skyward_iac.infra.programs.aws import aws_program as program_for
-    from skyward_iac.infra.programs.testing import ProgramMocks, run_program
+    from skyward_iac.infra.programs.testing import AWS_INVOKES, ProgramMocks, run_program
 
     spec = sky.Spec(provider=sky.AWS(ssh_cidr="198.51.100.7/32", use_default_vpc=True),
                     accelerator=sky.accelerators.A10G())

@@ -29,19 +29,13 @@ from skyward_iac.infra.programs.cloud_init import (
     watchdog_script,
 )
 from skyward_iac.infra.programs.common import SELF, IngressRule
-from skyward_iac.infra.programs.testing import ProgramMocks, run_program
+from skyward_iac.infra.programs.testing import AWS_INVOKES, ProgramMocks, run_program
 from skyward_iac.outputs import parse_outputs as _parse_outputs
 
 CALLER = "198.51.100.7/32"
 INSTANCE = "aws:ec2/instance:Instance"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
-INVOKES = {
-    "aws:ec2/getAmi:getAmi": {"id": "ami-0123456789"},
-    "aws:ec2/getVpc:getVpc": {"id": "vpc-default"},
-    "aws:ec2/getSubnet:getSubnet": {"id": "subnet-default"},
-    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": {
-        "locations": ["us-east-1d", "us-east-1b", "us-east-1c"]},
-}
+INVOKES = AWS_INVOKES
 A10G, CPU = sky.accelerators.A10G(), None
 # pulumi_aws warns about its own deprecated resources when the ec2 module loads.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -25,6 +25,15 @@ import pulumi
 from pulumi.runtime.config import CONFIG
 
 DYNAMIC_PREFIX = "pulumi-python:dynamic"
+#: What the AWS program asks the cloud while it runs (AMI, default VPC and subnet, the zones
+#: offering the type), answered for ``ProgramMocks(AWS_INVOKES)``.
+AWS_INVOKES: Mapping[str, Mapping[str, Any]] = {
+    "aws:ec2/getAmi:getAmi": {"id": "ami-0123456789"},
+    "aws:ec2/getVpc:getVpc": {"id": "vpc-default"},
+    "aws:ec2/getSubnet:getSubnet": {"id": "subnet-default"},
+    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": {
+        "locations": ["us-east-1d", "us-east-1b", "us-east-1c"]},
+}
 
 
 @dataclass(frozen=True, slots=True)
