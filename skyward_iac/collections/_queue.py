@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -11,17 +12,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyward_iac.collections.base import Collection, async_twin, check_timeout
-from skyward_iac.collections.client import create_revision_is, delete_op
+from skyward_iac.collections.client import (
+    RangeOptions,
+    all_created_since,
+    create_revision_is,
+    delete_op,
+    range_op,
+)
 from skyward_iac.collections.namespace import decode_value, encode_value
 from skyward_iac.collections.store import Store
+
+#: An item as ``(key, create revision)``.
+Item = tuple[str, int]
 
 
 @dataclass
 class _Listing:
-    """The oldest items of one queue this process has listed and not claimed yet (oldest first,
-    as ``(key, create revision)``), and the lock that makes its claims one at a time."""
+    """What this process knows of one queue: the oldest items it listed and has not claimed
+    yet (``items``, oldest first), the oldest items it put itself (``mine``, at most
+    ``Queue.LISTED``), and the lock that makes its claims one at a time."""
 
-    items: deque[tuple[str, int]] = field(default_factory=deque)
+    items: deque[Item] = field(default_factory=deque)
+    mine: deque[Item] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -35,22 +47,29 @@ class Queue(Collection):
     ``len(q)``. Always strongly consistent.
 
     Each item is its own key; FIFO order is etcd's commit order (create revision). ``get``
-    claims the oldest item with a transaction that deletes it only if it is still the same key
-    at the same create revision, so of many consumers racing for one item exactly one wins and
-    the others move on to the next. Finding the oldest item sorts the whole queue on the server
-    (etcd cannot push a limit under a create-revision sort): fine for thousands of items.
+    claims one item with a transaction that deletes it only if it is still the same key at the
+    same create revision, so of many consumers racing for one item exactly one wins. A claim
+    that fails lists the oldest items instead, in the same round trip, and the next claim names
+    the first of them. Listing sorts the whole queue on the server (etcd cannot push a limit
+    under a create-revision sort): fine for thousands of items.
 
-    A listing names the ``LISTED`` oldest items, and the next ``get`` calls in this process
-    claim them in order without listing again: one round trip per item while a backlog drains.
-    The claim alone keeps FIFO: every item older than a listed one was listed before it, so once
-    those are gone (claimed here, or a claim found them taken) a listed item that still exists
-    is the oldest. That needs this process's claims to follow the listing's order, so they are
-    made one at a time (every proxy of the queue in a process shares one listing); a failed
-    claim drops the rest of the listing.
+    Which item a claim names, cheapest first:
+
+    - The next one a listing named. A listing names the ``LISTED`` oldest items and the next
+      ``get`` calls in this process claim them in order: one round trip per item while a
+      backlog drains. The claim alone keeps FIFO: every item older than a listed one was listed
+      before it, so once those are gone (claimed here, or a claim found them taken) a listed
+      item that still exists is the oldest. That needs this process's claims to follow the
+      listing's order, so they are made one at a time (every proxy of the queue in a process
+      shares one listing).
+    - With nothing listed, the oldest item this process put: that claim also requires that no
+      item of the queue is older (one compare over the whole queue), so a ``put`` then a
+      ``get`` are two round trips, not three.
+    - Neither: the queue is listed first.
     """
 
     kind = "queue"
-    #: How many of the oldest items one listing names.
+    #: How many of the oldest items one listing names (and how many own puts are remembered).
     LISTED = 16
 
     def __init__(self, name: str, store: Store) -> None:
@@ -61,8 +80,11 @@ class Queue(Collection):
     def put(self, value: Any) -> None:
         """Appends ``value`` to the queue."""
         # The key only has to be unique; ordering comes from the create revision.
-        self._store.write(self._store.key(f"{time.time_ns():020d}-{uuid.uuid4().hex}"),
-                          encode_value(value))
+        key = self._store.key(f"{time.time_ns():020d}-{uuid.uuid4().hex}")
+        created = self._store.write(key, encode_value(value))
+        with self._listing.lock:
+            if len(self._listing.mine) < self.LISTED:
+                self._listing.mine.append((key, created))
 
     def get(self, timeout: float | None = None) -> Any:
         """Removes and returns the oldest item, waiting up to ``timeout`` seconds for one
@@ -83,27 +105,40 @@ class Queue(Collection):
                                                start_revision=empty_at + 1, timeout=remaining)
 
     def _next(self) -> tuple[bytes | None, int]:
-        """Claims the oldest item (listing again when nothing listed is left): its value, or
-        None and the revision at which the queue was found empty."""
-        listed = self._listing.items
+        """Claims the oldest item (see the class doc for which one a claim names): its value,
+        or None and the revision at which the queue was found empty."""
+        listing = self._listing
         while True:
-            while listed:
-                if (value := self._claim(*listed.popleft())) is not None:
-                    return value, 0
-                listed.clear()  # taken by another consumer: the rest may be too
-            found = self._store.client.range(self._store.prefix, prefix=True, keys_only=True,
-                                             oldest_first=True, limit=self.LISTED)
-            if not found.kvs:
-                return None, int(found.header.revision)
-            listed.extend((kv.key.decode(), int(kv.create_revision)) for kv in found.kvs)
+            if listing.items:
+                key, created = listing.items.popleft()
+                compare = [create_revision_is(key, created)]
+                with contextlib.suppress(ValueError):
+                    listing.mine.remove((key, created))
+            elif listing.mine:
+                key, created = listing.mine.popleft()
+                compare = [create_revision_is(key, created),
+                           all_created_since(self._store.prefix, created)]
+            else:
+                found = self._store.client.range(self._store.prefix, **self._listed())
+                if not self._relist(found):
+                    return None, int(found.header.revision)
+                continue
+            claim = self._store.client.txn(compare, [delete_op(key, prev_kv=True)],
+                                           [range_op(self._store.prefix, **self._listed())])
+            if claim.succeeded:
+                return bytes(claim.responses[0].response_delete_range.prev_kvs[0].value), 0
+            if not self._relist(claim.responses[0].response_range):
+                return None, int(claim.header.revision)
 
-    def _claim(self, key: str, created: int) -> bytes | None:
-        """Deletes ``key`` if it is still the item created at ``created``; its value, or None
-        if another consumer took it first."""
-        claim = self._store.client.txn([create_revision_is(key, created)],
-                                       [delete_op(key, prev_kv=True)])
-        prev = claim.responses[0].response_delete_range.prev_kvs if claim.succeeded else ()
-        return bytes(prev[0].value) if prev else None
+    def _listed(self) -> RangeOptions:
+        """How a listing reads the queue: the ``LISTED`` oldest keys."""
+        return RangeOptions(prefix=True, keys_only=True, oldest_first=True, limit=self.LISTED)
+
+    def _relist(self, found: Any) -> bool:
+        """Makes ``found`` (a RangeResponse) the listing; False when it names nothing."""
+        self._listing.items.clear()
+        self._listing.items.extend((kv.key.decode(), int(kv.create_revision)) for kv in found.kvs)
+        return bool(found.kvs)
 
     def empty(self) -> bool:
         """Whether the queue holds no item right now."""

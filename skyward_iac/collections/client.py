@@ -247,6 +247,17 @@ def create_revision_is(key: str, revision: int) -> Any:
     )
 
 
+def all_created_since(prefix: str, revision: int) -> Any:
+    """Compare: every key under ``prefix`` was created at ``revision`` or later (none older).
+
+    etcd applies a compare with a ``range_end`` to each key of the range."""
+    return etcdrpc.Compare(
+        key=prefix.encode(), range_end=prefix_range_end(prefix.encode()),
+        target=etcdrpc.Compare.CREATE, result=etcdrpc.Compare.GREATER,
+        create_revision=revision - 1,
+    )
+
+
 def put_op(key: str, value: bytes, lease: int = 0) -> Any:
     """Transaction op: put ``value`` at ``key`` (attached to ``lease`` when non-zero)."""
     return etcdrpc.RequestOp(

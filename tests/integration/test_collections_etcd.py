@@ -471,18 +471,24 @@ def test_a_lock_acquired_through_one_proxy_is_released_through_another(backend: 
     backend.lock("handoff").release()
 
 
-def test_an_uncontended_lock_pair_is_two_round_trips(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    lock = backend.lock("two-trips", timeout=5)
-    lock.acquire()  # the process's lease is granted once, on first use
-    lock.release()
+def _count_rpcs(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the KV RPCs ``backend`` makes from now on, in order."""
     stub = backend.client._etcd.kvstub
     calls: list[str] = []
     for name in ("Range", "Put", "DeleteRange", "Txn"):
         method = getattr(stub, name)
         monkeypatch.setattr(stub, name, lambda *a, _m=method, _n=name, **k: (
             calls.append(_n), _m(*a, **k))[1])
+    return calls
+
+
+def test_an_uncontended_lock_pair_is_two_round_trips(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lock = backend.lock("two-trips", timeout=5)
+    lock.acquire()  # the process's lease is granted once, on first use
+    lock.release()
+    calls = _count_rpcs(backend, monkeypatch)
     with backend.lock("two-trips", timeout=5):
         assert calls == ["Txn"]  # the claim and the look at the contenders, together
     assert calls == ["Txn", "DeleteRange"]
@@ -514,21 +520,45 @@ def test_queue_delivers_every_item_exactly_once(
 
 
 def test_a_backlog_drains_in_one_round_trip_per_item(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+    etcd: Etcd, backend: Backend, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    producer = backend.queue("backlog")
-    for item in range(40):
-        producer.put(item)
-    stub = backend.client._etcd.kvstub
-    calls: list[str] = []
-    for name in ("Range", "Txn"):
-        method = getattr(stub, name)
-        monkeypatch.setattr(stub, name, lambda *a, _m=method, _n=name, **k: (
-            calls.append(_n), _m(*a, **k))[1])
+    with connect(etcd.config()) as other:  # another process's items: none is known here
+        producer = other.queue("backlog")
+        for item in range(40):
+            producer.put(item)
+    calls = _count_rpcs(backend, monkeypatch)
     # A fresh proxy per get, as `sky.queue("backlog").get()` in a loop makes: one listing each
     # 16 items is shared by the process, whatever the proxy.
     assert [backend.queue("backlog").get(timeout=1) for _ in range(40)] == list(range(40))
     assert calls.count("Txn") == 40 and calls.count("Range") == 3, calls
+
+
+def test_a_put_then_a_get_are_two_round_trips(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queue = backend.queue("pairs")
+    calls = _count_rpcs(backend, monkeypatch)
+    for item in range(5):
+        queue.put(item)
+        assert queue.get(timeout=1) == item
+    assert calls == ["Put", "Txn"] * 5
+
+
+def test_an_own_item_waits_for_older_items_of_others(
+    etcd: Etcd, backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with connect(etcd.config()) as other:
+        other.queue("order").put("theirs, first")
+        queue = backend.queue("order")
+        queue.put("mine, second")
+        calls = _count_rpcs(backend, monkeypatch)
+        # The claim of our own item fails (an older one exists) and lists the queue instead.
+        assert queue.get(timeout=1) == "theirs, first"
+        assert queue.get(timeout=1) == "mine, second"
+        assert calls == ["Txn", "Txn", "Txn"]
+        other.queue("order").put("theirs, third")
+        assert queue.get(timeout=1) == "theirs, third"
+        assert queue.get(timeout=0) is None
 
 
 def test_threads_of_one_process_share_the_listing_and_keep_fifo(backend: Backend) -> None:
