@@ -2,7 +2,7 @@
 loopback TCP worker, all measured in this run; prints a markdown table of medians and ratios.
 
 Run: scripts/bench (sets up, installs the pinned bench extra, then runs this), or
-.venv/bin/python bench/run.py [--systems ...] [--figures 1 2 3 4 5] [--json FILE].
+.venv/bin/python bench/run.py [--systems ...] [--figures 1 2 3 4 5 6] [--json FILE].
 Every system runs alone (started, measured, stopped) so none competes for the 2 cores with
 another's idle processes.
 """
@@ -33,6 +33,7 @@ import bulk  # noqa: E402
 import cold_start  # noqa: E402
 import collection_ops  # noqa: E402
 import latency  # noqa: E402
+import scale  # noqa: E402
 import throughput  # noqa: E402
 import workloads  # noqa: E402
 from common import PEERS, SKYWARD, Row, table  # noqa: E402
@@ -206,10 +207,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
-    parser.add_argument("--figures", nargs="+", type=int, choices=[1, 2, 3, 4, 5],
-                        default=[1, 2, 3, 4, 5])
+    parser.add_argument("--figures", nargs="+", type=int, choices=[1, 2, 3, 4, 5, 6],
+                        default=[1, 2, 3, 4, 5, 6])
     parser.add_argument("--cold-nodes", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--cold-repeat", type=int, default=3)
+    parser.add_argument("--scale-nodes", nargs="+", type=int, default=list(scale.LOCAL_NODES),
+                        help="figure 6: Local pool sizes")
+    parser.add_argument("--scale-aws", nargs="+", type=int, default=list(scale.AWS_NODES),
+                        help="figure 6: AWS program sizes under mocks")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument("--console", default=True, choices=["log", "minimal", "silent"],
                         help="skyward's Options.console (default: True, the log console here)")
@@ -227,6 +232,9 @@ def main() -> None:
             cold_rows, ours = cold_figures(args.systems, args.cold_nodes, args.cold_repeat)
             rows += cold_rows
             raw["cold_start"] = {str(k): v for k, v in ours.items()}
+        if 6 in figures:
+            say("scale: Local pools and the AWS program, each size in a fresh process")
+            raw["scale"] = scale.measure(args.scale_nodes, args.scale_aws)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     rows.sort(key=lambda row: row.figure.split(".")[0])  # figure order; stable within one
@@ -238,6 +246,9 @@ def main() -> None:
     if ours:
         print("\nskyward_iac cold start by phase (medians):\n")
         print(breakdown(ours))
+    if "scale" in raw:
+        print("\n6. Scale (no peer: each figure beside linear growth):\n")
+        print(scale.report(raw["scale"]))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), **raw}, indent=2))
 

@@ -8,7 +8,7 @@ pool is ready, and exit to destroyed. The AWS program also runs in a fresh proce
 so its peak RSS is its own.
 
 Run: .venv/bin/python bench/scale.py [--nodes 1 8 16 32] [--aws 32 64 128 256] [--json FILE]
-(about 4 minutes on 2 cores); not part of bench/run.py's default set.
+(about 4 minutes on 2 cores). bench/run.py runs it as figure 6.
 """
 
 from __future__ import annotations
@@ -118,6 +118,32 @@ def table(rows: dict[int, dict[str, float]], first: str) -> str:
     return "\n".join(lines)
 
 
+def growth(rows: dict[int, dict[str, float]]) -> str:
+    """How each figure grew between the two largest sizes, beside linear growth."""
+    if len(rows) < 2:
+        return ""
+    small, large = sorted(rows)[-2:]
+    ratios = ", ".join(f"{column} ×{rows[large][column] / rows[small][column]:.2f}"
+                       for column in rows[large] if rows[small][column])
+    return f"{small} → {large} nodes: {ratios} (linear growth: ×{large / small:.2f} for totals, ×1 for rates and per-node figures)"
+
+
+def measure(nodes: list[int], aws: list[int]) -> dict[str, dict[int, dict[str, float]]]:
+    """The scale figure: Local pools of ``nodes`` and the AWS program of ``aws`` nodes, each
+    in a fresh process, after one warm-up pool (in the ``SKYWARD_HOME`` already prepared)."""
+    cold_start.measure(1)  # warm-up: first engine start, uv cache, page cache
+    return {"local": in_fresh_processes("local", nodes), "aws": in_fresh_processes("aws", aws)}
+
+
+def report(figures: dict[str, dict[int, dict[str, float]]]) -> str:
+    """The scale figure's tables, each with its growth between the two largest sizes."""
+    parts = []
+    for kind, title in (("local", "Local pools"), ("aws", "AWS program under mocks")):
+        if figures[kind]:
+            parts.append(f"{title}:\n\n{table(figures[kind], 'nodes')}\n\n{growth(figures[kind])}\n")
+    return "\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -131,15 +157,10 @@ def main() -> None:
         print(json.dumps((local if kind == "local" else aws_program)(int(nodes))))
         return
     cold_start.prepare_home()  # the children inherit SKYWARD_HOME
-    cold_start.measure(1)  # warm-up: first engine start, uv cache, page cache
-    pools = in_fresh_processes("local", args.nodes)
-    programs = in_fresh_processes("aws", args.aws)
-    if pools:
-        print("Local pools:\n\n" + table(pools, "nodes") + "\n")
-    if programs:
-        print("AWS program under mocks:\n\n" + table(programs, "nodes") + "\n")
+    figures = measure(args.nodes, args.aws)
+    print(report(figures))
     if args.json:
-        args.json.write_text(json.dumps({"local": pools, "aws": programs}, indent=2))
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,18 @@ def test_benchmark_chart_matches_the_benchmarks_table() -> None:
     assert len(bars) == 4 * 4  # four figures, each measured for skyward, Ray, Dask, ProcessPool
 
 
+def test_scale_chart_matches_the_scale_table() -> None:
+    done = subprocess.run([PYTHON, str(ROOT / "tools" / "scale_chart.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    svg = ElementTree.parse(ROOT / "docs" / "images" / "scale.svg").getroot()
+    lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 4 * 2  # four figures, each measured and its linear reference
+    points = svg.findall("{http://www.w3.org/2000/svg}circle")
+    assert len(points) == 4 * 4  # at 1, 8, 16 and 32 nodes
+    assert "(images/scale.svg)" in (ROOT / "docs" / "benchmarks.md").read_text()
+
+
 def test_every_example_is_on_the_examples_page() -> None:
     page = (ROOT / "docs" / "examples.md").read_text()
     scripts = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
