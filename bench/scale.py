@@ -125,7 +125,8 @@ def growth(rows: dict[int, dict[str, float]]) -> str:
     small, large = sorted(rows)[-2:]
     ratios = ", ".join(f"{column} ×{rows[large][column] / rows[small][column]:.2f}"
                        for column in rows[large] if rows[small][column])
-    return f"{small} → {large} nodes: {ratios} (linear growth: ×{large / small:.2f} for totals, ×1 for rates and per-node figures)"
+    return (f"{small} → {large} nodes: {ratios} (linear growth: ×{large / small:.2f} for "
+            "totals, ×1 for rates and per-node figures)")
 
 
 def measure(nodes: list[int], aws: list[int]) -> dict[str, dict[int, dict[str, float]]]:
