@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -101,32 +102,44 @@ def render(panels: list[Panel]) -> str:
     body = []
     for index, panel in enumerate(panels):
         body += draw_panel(panel, index * panel_height)
+    return svg_document(PANEL_WIDTH, height,
+                        "skyward_iac benchmarks beside Ray, Dask and a process pool",
+                        ".note{font-weight:normal;fill:#777}.label{text-anchor:end}", body)
+
+
+def svg_document(width: int, height: int, label: str, style: str, body: list[str]) -> str:
+    """A white SVG document of ``body``'s elements, with the charts' shared text style."""
     style = ("text{font-family:sans-serif;font-size:12px;fill:#333}"
-             ".title{font-weight:bold;font-size:13px}.note{font-weight:normal;fill:#777}"
-             ".label{text-anchor:end}")
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{PANEL_WIDTH}" height="{height}" '
-            f'viewBox="0 0 {PANEL_WIDTH} {height}" role="img" '
-            f'aria-label="skyward_iac benchmarks beside Ray, Dask and a process pool">\n'
+             ".title{font-weight:bold;font-size:13px}" + style)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">\n'
             f'<style>{style}</style>\n<rect width="100%" height="100%" fill="#fff"/>\n'
             + "\n".join(body) + "\n</svg>\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Write the chart, or with ``--check`` report whether it is current."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_or_check(argv: list[str] | None, description: str, chart: Path,
+                   make_svg: Callable[[], str]) -> int:
+    """A chart tool's command line: write ``chart``, or with ``--check`` exit 1 when the file
+    on disk is not what ``make_svg`` gives now."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="exit 1 if the chart is stale")
     args = parser.parse_args(argv)
-    svg = render(read_panels(TABLE.read_text()))
+    svg = make_svg()
     if args.check:
-        current = CHART.read_text() if CHART.exists() else ""
-        if current != svg:
-            print(f"{CHART} is stale: run tools/benchmark_chart.py", file=sys.stderr)
+        if (chart.read_text() if chart.exists() else "") != svg:
+            print(f"{chart} is stale: run {sys.argv[0]}", file=sys.stderr)
             return 1
         return 0
-    CHART.parent.mkdir(parents=True, exist_ok=True)
-    CHART.write_text(svg)
-    print(f"wrote {CHART.relative_to(ROOT)}")
+    chart.parent.mkdir(parents=True, exist_ok=True)
+    chart.write_text(svg)
+    print(f"wrote {chart.relative_to(ROOT)}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the chart, or with ``--check`` report whether it is current."""
+    return write_or_check(argv, __doc__.splitlines()[0], CHART,
+                          lambda: render(read_panels(TABLE.read_text())))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,12 @@ exits 1 when the SVG on disk is not what the table gives now.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from benchmark_chart import parse_number, readable
+from benchmark_chart import parse_number, readable, svg_document, write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "docs" / "benchmarks.md"
@@ -104,32 +103,16 @@ def render(all_series: list[Series]) -> str:
     legend_y = PANEL_HEIGHT * len(all_series) + 14
     body.append(f'<text x="8" y="{legend_y}" class="note">nodes across · solid: measured · '
                 f'dashed: linear from {REFERENCE_NODES} nodes (rates: flat)</text>')
-    style = ("text{font-family:sans-serif;font-size:12px;fill:#333}"
-             ".title{font-weight:bold;font-size:13px}.note{fill:#777}"
-             ".tick,.value{text-anchor:middle}"
+    style = (".note{fill:#777}.tick,.value{text-anchor:middle}"
              ".axis{stroke:#999}.measured{fill:none;stroke:#3f51b5;stroke-width:2}"
              ".reference{fill:none;stroke:#9e9e9e;stroke-dasharray:5 4}")
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}" role="img" '
-            f'aria-label="skyward_iac Local pools from 1 to 32 nodes">\n'
-            f'<style>{style}</style>\n<rect width="100%" height="100%" fill="#fff"/>\n'
-            + "\n".join(body) + "\n</svg>\n")
+    return svg_document(WIDTH, height, "skyward_iac Local pools from 1 to 32 nodes", style, body)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Write the chart, or with ``--check`` report whether it is current."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the chart is stale")
-    args = parser.parse_args(argv)
-    svg = render(read_series(TABLE.read_text()))
-    if args.check:
-        if (CHART.read_text() if CHART.exists() else "") != svg:
-            print(f"{CHART} is stale: run tools/scale_chart.py", file=sys.stderr)
-            return 1
-        return 0
-    CHART.write_text(svg)
-    print(f"wrote {CHART.relative_to(ROOT)}")
-    return 0
+    return write_or_check(argv, __doc__.splitlines()[0], CHART,
+                          lambda: render(read_series(TABLE.read_text())))
 
 
 if __name__ == "__main__":
