@@ -47,17 +47,24 @@ def parse_number(cell: str) -> float | None:
     return float(match.group(1).replace(",", "")) if match else None
 
 
-def read_panels(markdown: str) -> list[Panel]:
-    """The PANELS rows of the first table whose header names the systems."""
-    lines = markdown.splitlines()
-    header_index = next(i for i, line in enumerate(lines)
-                        if line.startswith("| figure |") and "skyward" in line)
-    header = [cell.strip() for cell in lines[header_index].strip("|").split("|")]
+def markdown_table(lines: list[str], header_index: int) -> tuple[list[str], list[list[str]]]:
+    """The header cells and the rows' cells of the markdown table at ``header_index``."""
+    def cells(line: str) -> list[str]:
+        return [cell.strip() for cell in line.strip("|").split("|")]
+
     rows = []
     for line in lines[header_index + 2:]:
         if not line.startswith("|"):
             break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        rows.append(cells(line))
+    return cells(lines[header_index]), rows
+
+
+def read_panels(markdown: str) -> list[Panel]:
+    """The PANELS rows of the first table whose header names the systems."""
+    lines = markdown.splitlines()
+    header, rows = markdown_table(lines, next(
+        i for i, line in enumerate(lines) if line.startswith("| figure |") and "skyward" in line))
     panels = []
     for prefix, title, higher in PANELS:
         row = next((r for r in rows if r[0].startswith(prefix)), None)

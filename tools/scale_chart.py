@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from benchmark_chart import parse_number, readable, svg_document, write_or_check
+from benchmark_chart import (
+    markdown_table,
+    parse_number,
+    readable,
+    svg_document,
+    write_or_check,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "docs" / "benchmarks.md"
@@ -49,13 +55,8 @@ def read_series(markdown: str) -> list[Series]:
     """The PANELS columns of the first table after the Scale heading."""
     lines = markdown.splitlines()
     start = lines.index(SECTION)
-    header_index = next(i for i in range(start, len(lines)) if lines[i].startswith("| nodes |"))
-    header = [cell.strip() for cell in lines[header_index].strip("|").split("|")]
-    rows = []
-    for line in lines[header_index + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    header, rows = markdown_table(lines, next(
+        i for i in range(start, len(lines)) if lines[i].startswith("| nodes |")))
     series = []
     for column, title, rate in PANELS:
         if column not in header:
