@@ -232,7 +232,7 @@ def main() -> None:
             cold_rows, ours = cold_figures(args.systems, args.cold_nodes, args.cold_repeat)
             rows += cold_rows
             raw["cold_start"] = {str(k): v for k, v in ours.items()}
-        if 6 in figures:
+        if 6 in figures and SKYWARD in args.systems:  # skyward_iac alone, no peer
             say("scale: Local pools and the AWS program, each size in a fresh process")
             raw["scale"] = scale.measure(args.scale_nodes, args.scale_aws)
     finally:
