@@ -24,13 +24,17 @@ from skyward_iac.collections.store import Store
 
 #: An item as ``(key, create revision)``.
 Item = tuple[str, int]
+#: How many of the oldest items one listing names (and how many own puts are remembered).
+LISTED = 16
+#: How a listing reads the queue: the ``LISTED`` oldest keys.
+LISTING = RangeOptions(prefix=True, keys_only=True, oldest_first=True, limit=LISTED)
 
 
 @dataclass
 class _Listing:
     """What this process knows of one queue: the oldest items it listed and has not claimed
     yet (``items``, oldest first), the oldest items it put itself (``mine``, at most
-    ``Queue.LISTED``), and the lock that makes its claims one at a time."""
+    ``LISTED``), and the lock that makes its claims one at a time."""
 
     items: deque[Item] = field(default_factory=deque)
     mine: deque[Item] = field(default_factory=deque)
@@ -69,8 +73,6 @@ class Queue(Collection):
     """
 
     kind = "queue"
-    #: How many of the oldest items one listing names (and how many own puts are remembered).
-    LISTED = 16
 
     def __init__(self, name: str, store: Store) -> None:
         super().__init__(name, store)
@@ -83,7 +85,7 @@ class Queue(Collection):
         key = self._store.key(f"{time.time_ns():020d}-{uuid.uuid4().hex}")
         created = self._store.write(key, encode_value(value))
         with self._listing.lock:
-            if len(self._listing.mine) < self.LISTED:
+            if len(self._listing.mine) < LISTED:
                 self._listing.mine.append((key, created))
 
     def get(self, timeout: float | None = None) -> Any:
@@ -119,20 +121,16 @@ class Queue(Collection):
                 compare = [create_revision_is(key, created),
                            all_created_since(self._store.prefix, created)]
             else:
-                found = self._store.client.range(self._store.prefix, **self._listed())
+                found = self._store.client.range(self._store.prefix, **LISTING)
                 if not self._relist(found):
                     return None, int(found.header.revision)
                 continue
             claim = self._store.client.txn(compare, [delete_op(key, prev_kv=True)],
-                                           [range_op(self._store.prefix, **self._listed())])
+                                           [range_op(self._store.prefix, **LISTING)])
             if claim.succeeded:
                 return bytes(claim.responses[0].response_delete_range.prev_kvs[0].value), 0
             if not self._relist(claim.responses[0].response_range):
                 return None, int(claim.header.revision)
-
-    def _listed(self) -> RangeOptions:
-        """How a listing reads the queue: the ``LISTED`` oldest keys."""
-        return RangeOptions(prefix=True, keys_only=True, oldest_first=True, limit=self.LISTED)
 
     def _relist(self, found: Any) -> bool:
         """Makes ``found`` (a RangeResponse) the listing; False when it names nothing."""
