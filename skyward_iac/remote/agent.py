@@ -10,7 +10,11 @@ join, so one ``kill`` of the group fences the node (``remote/fence.py``); and it
 with it, however it dies (see ``Slots``).
 Run as ``python -m skyward_iac.remote.agent --token-file F --port-file F [--concurrency N]
 [--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
-[--metadata-url URL]]``.
+[--metadata-url URL]] [--refusals-every SECONDS]``.
+
+Connections refused for want of the token are logged as ``remote/refusals.py`` decides: the
+first at once, then one summary line per ``--refusals-every`` seconds (60 by default) however
+many a flood brings.
 
 ``--metrics`` (``observability.metrics.to_json``) starts a ``MetricsSampler`` whose readings go
 to every connected client as ``MetricSamples`` messages.
@@ -40,6 +44,7 @@ from skyward_iac.remote.protocol import (
     Task,
     Welcome,
 )
+from skyward_iac.remote.refusals import SUMMARY_EVERY, RefusalLog
 from skyward_iac.remote.slots import Slots
 
 HANDSHAKE_TIMEOUT = 10.0
@@ -130,7 +135,7 @@ def authenticate(channel: protocol.Channel, token: bytes) -> bool:
     return hmac.compare_digest(payload, token)
 
 
-def handle(sock: socket.socket, token: bytes, slots: Slots,
+def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog,
            listeners: Listeners | None = None) -> None:
     """Serve one connection: the token first, then the client's tasks."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -138,7 +143,7 @@ def handle(sock: socket.socket, token: bytes, slots: Slots,
         channel = protocol.Channel(sock)
         sock.settimeout(HANDSHAKE_TIMEOUT)
         if not authenticate(channel, token):
-            log.warning("rejected a connection without the stack token")
+            refusals.refused(peer_host(sock))
             return
         sock.settimeout(None)
         # Large buffers, only for a peer that proved it holds the token: a 100 MB argument
@@ -159,6 +164,14 @@ def handle(sock: socket.socket, token: bytes, slots: Slots,
         finally:
             if listeners is not None:
                 listeners.discard(connection)
+
+
+def peer_host(sock: socket.socket) -> str:
+    """The address a connection came from (its port changes with every connection)."""
+    try:
+        return str(sock.getpeername()[0])
+    except OSError:
+        return "a peer already gone"
 
 
 def lead_process_group() -> int:
@@ -192,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the metadata server's base URL (default: the cloud's own)")
     parser.add_argument("--metrics", type=metrics.from_json, default=(),
                         help="metrics to sample and stream, as observability.metrics.to_json")
+    parser.add_argument("--refusals-every", type=float, default=SUMMARY_EVERY,
+                        help="seconds between two log lines summing up refused connections")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -208,12 +223,14 @@ def main(argv: list[str] | None = None) -> None:
         node = args.node
         PreemptionWatcher(args.preemption, lambda deadline, reason: listeners.notify(
             PreemptionNotice(node, deadline, reason), retain=True), args.metadata_url).start()
-    signal.signal(signal.SIGTERM, lambda *_: (slots.close_plugins(), os._exit(0)))
+    refusals = RefusalLog(log, args.refusals_every)
+    signal.signal(signal.SIGTERM, lambda *_: (refusals.flush(), slots.close_plugins(),
+                                              os._exit(0)))
     write_atomically(args.port_file, str(server.getsockname()[1]))
     log.info("agent of node %s listening on %s", args.node, server.getsockname())
     while True:
         sock, _ = server.accept()
-        threading.Thread(target=handle, args=(sock, token, slots, listeners),
+        threading.Thread(target=handle, args=(sock, token, slots, refusals, listeners),
                          daemon=True).start()
 
 
