@@ -1,7 +1,9 @@
-"""Inspecting what a stack left on this machine: processes and sandboxes of Local nodes."""
+"""Inspecting what a stack left on this machine: processes and sandboxes of Local nodes, and
+the TCP ports a process listens on."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from skyward_iac.infra.home import local_nodes_dir
@@ -18,3 +20,27 @@ def stack_processes(stack_name: str) -> list[int]:
     """Live processes (sshd, agent, tasks) belonging to any sandbox of the stack."""
     root = local_nodes_dir() / stack_name
     return sandbox_processes(root)
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (its sockets' inodes matched in /proc/net)."""
+    inodes = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return set()
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target.removeprefix("socket:[").removesuffix("]"))
+    # gRPC listens on a dual-stack socket (127.0.0.1 as ::ffff:127.0.0.1): look in both tables.
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].split(":")[1], 16))
+    return ports

@@ -6,8 +6,9 @@ refuses, so ``tools/pulumi/pulumi-language-python`` starts this module instead::
 
     pulumi-language-python [--tracing URL] [--logtostderr] [-v=N] ENGINE_ADDRESS
 
-It serves the ``LanguageRuntime`` gRPC service on a loopback port and prints that port as its
-first line of stdout, which is how the engine finds it. The server is the Pulumi SDK's own
+It serves the ``LanguageRuntime`` gRPC service on a loopback port, to this user's processes
+only (``Run`` executes the program a request names), and prints that port as its first line of
+stdout, which is how the engine finds it. The server is the Pulumi SDK's own
 ``LanguageServer`` (the one the Automation API serves inline programs with); ``Run`` configures
 the SDK runtime from the request exactly as ``pulumi-language-python-exec`` does and runs the
 project's ``__main__.py`` in this process, with this interpreter (``$PULUMI_PYTHON_CMD``).
@@ -45,6 +46,7 @@ from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
 
 from skyward_iac.api.errors import SkywardError
+from skyward_iac.infra.same_user import guarded_server
 
 #: How often the host checks that the engine that started it is still there.
 PARENT_POLL_SECONDS = 2.0
@@ -235,9 +237,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def serve(engine_address: str, host: str = "127.0.0.1") -> tuple[grpc.Server, int]:
-    """Start the LanguageRuntime server on a free loopback port; returns it and the port."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
-                         options=_GRPC_CHANNEL_OPTIONS)
+    """Start the LanguageRuntime server on a free loopback port; returns it and the port.
+    ``Run`` executes the program a request names, so only this user's processes are served
+    (``infra/same_user.py``)."""
+    server = guarded_server(futures.ThreadPoolExecutor(max_workers=4),
+                            options=_GRPC_CHANNEL_OPTIONS)
     language_pb2_grpc.add_LanguageRuntimeServicer_to_server(LanguageHost(engine_address), server)
     port = server.add_insecure_port(f"{host}:0")
     server.start()

@@ -16,6 +16,12 @@ from datetime import UTC, datetime
 import pulumi.automation as auto
 from pulumi.automation._stack import StackInitMode
 
+from skyward_iac.infra.same_user import guard_automation_servers
+
+# The inline program's LanguageRuntime and the engine-events server this process starts for
+# every engine command serve this user only.
+guard_automation_servers()
+
 #: What ``info()`` returns: a summary that says it was never read (``result="not read"``).
 UNREAD_SUMMARY = auto.UpdateSummary(
     kind="update", start_time=datetime.fromtimestamp(0, UTC), message="", environment={},

@@ -20,6 +20,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.infra.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import ROOT, Child, skyward_iac, wait_until_gone
+from tests.helpers import listening_ports
 
 pytestmark = pytest.mark.chaos
 ATTACKER = Path(__file__).with_name("provider_attacker.py")
@@ -46,26 +47,8 @@ def provider_processes() -> list[int]:
 
 
 def listening_port(pid: int) -> int | None:
-    """The TCP port process ``pid`` listens on (from its sockets' inodes)."""
-    inodes = set()
-    try:
-        fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return None
-    for fd in fds:
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("socket:["):
-            inodes.add(target.removeprefix("socket:[").removesuffix("]"))
-    # gRPC listens on a dual-stack socket (127.0.0.1 as ::ffff:127.0.0.1): look in both tables.
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                return int(fields[1].split(":")[1], 16)
-    return None
+    """A TCP port process ``pid`` listens on (a provider listens on one)."""
+    return min(listening_ports(pid), default=None)
 
 
 def test_a_running_provider_refuses_another_users_calls_and_runs_nothing() -> None:
