@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import io
 import random
 import socket
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, computed_field
+
+from skyward_iac.api.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -241,46 +244,111 @@ def _allowed(only: Only) -> bool:
     return info.is_head if only == "head" else bool(only(info))  # type: ignore[operator]
 
 
+@contextlib.contextmanager
+def _filtering(stdout: Only | None, stderr: Only | None) -> Iterator[None]:
+    """Drop this context's stdout/stderr for the block where ``stdout``/``stderr`` says no."""
+    mute_out = stdout is not None and not _allowed(stdout)
+    mute_err = stderr is not None and not _allowed(stderr)
+    if not (mute_out or mute_err):
+        yield
+        return
+    with _routed(_Discard() if mute_out else None, _Discard() if mute_err else None):
+        yield
+
+
 def _filtered(fn: Callable[..., T], stdout: Only | None, stderr: Only | None) -> Callable[..., T]:
+    if inspect.iscoroutinefunction(fn):
+        # Still a coroutine function, filtered while the coroutine runs (not only while it
+        # is created), so ``@sky.function`` above it runs it on the node like any other.
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            with _filtering(stdout, stderr):
+                return await fn(*args, **kwargs)
+
+        return run_async  # type: ignore[return-value]
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
-        mute_out = stdout is not None and not _allowed(stdout)
-        mute_err = stderr is not None and not _allowed(stderr)
-        if not (mute_out or mute_err):
-            return fn(*args, **kwargs)
-        with _routed(_Discard() if mute_out else None, _Discard() if mute_err else None):
+        with _filtering(stdout, stderr):
             return fn(*args, **kwargs)
 
     return run
 
 
-def _output_decorator(stdout: Only | None, stderr: Only | None) -> Callable[[Any], Any]:
+def _output_decorator(stdout: Only | None, stderr: Only | None,
+                      name: str) -> Callable[[Any], Any]:
     def decorate(target: Any) -> Any:
         from skyward_iac.api.function import Function
 
         if isinstance(target, Function):
             return Function(_filtered(target.fn, stdout, stderr), target.timeout)
+        if not callable(target):
+            raise ConfigError(f"@sky.{name} decorates a function or a @sky.function, got "
+                              f"{type(target).__name__} ({target!r:.60})")
         return _filtered(target, stdout, stderr)
 
     return decorate
 
 
-def stdout(*, only: Only) -> Callable[[Any], Any]:
+def _check_only(only: Any, name: str) -> Only:
+    """``only`` when it is ``"head"`` or a predicate taking an InstanceInfo; else a
+    ``ConfigError`` saying so, at decoration (not on the node, after provisioning)."""
+    accepted = (f"@sky.{name}(only=...) takes \"head\" or a predicate on sky.InstanceInfo, "
+                f"e.g. only=lambda info: info.node < 2")
+    if isinstance(only, str):
+        if only != "head":
+            raise ConfigError(f"{accepted}; got the string {only!r}")
+        return "head"
+    if not callable(only):
+        raise ConfigError(f"{accepted}; got {type(only).__name__} {only!r:.60}")
+    try:
+        inspect.signature(only).bind(None)
+    except TypeError:
+        raise ConfigError(f"{accepted}; {getattr(only, '__qualname__', only)!r} cannot be "
+                          "called with one argument (the node's InstanceInfo)") from None
+    except ValueError:
+        pass  # no signature to check (some builtins): it is called as it is
+    return only  # type: ignore[no-any-return]
+
+
+def _misused_factory(name: str, args: tuple[Any, ...]) -> ConfigError:
+    """The error for ``@sky.stdout`` without ``only=`` (or with positional arguments)."""
+    usage = f'@sky.{name}(only="head") or @sky.{name}(only=lambda info: info.node < 2)'
+    if not args:
+        return ConfigError(f"sky.{name} needs only=: {usage}")
+    if len(args) == 1 and callable(args[0]):
+        return ConfigError(f"sky.{name} is a decorator factory: write {usage}, not @sky.{name}")
+    return ConfigError(f"sky.{name} takes only= by name: {usage}; got {len(args)} positional "
+                       "argument(s)")
+
+
+def stdout(*args: Any, only: Only | None = None) -> Callable[[Any], Any]:
     """Keep a task's stdout only where ``only`` holds (``"head"`` or a predicate on InstanceInfo).
 
-    It applies to that task alone: other tasks running at the same time print as usual."""
-    return _output_decorator(only, None)
+    It applies to that task alone: other tasks running at the same time print as usual.
+    A bad ``only`` is a ``sky.ConfigError`` here, at decoration."""
+    if args or only is None:
+        raise _misused_factory("stdout", args)
+    return _output_decorator(_check_only(only, "stdout"), None, "stdout")
 
 
-def stderr(*, only: Only) -> Callable[[Any], Any]:
+def stderr(*args: Any, only: Only | None = None) -> Callable[[Any], Any]:
     """Keep a task's stderr only where ``only`` holds (that task alone)."""
-    return _output_decorator(None, only)
+    if args or only is None:
+        raise _misused_factory("stderr", args)
+    return _output_decorator(None, _check_only(only, "stderr"), "stderr")
 
 
-def silent(target: Any) -> Any:
-    """Silence both streams of a task (a bare decorator; that task alone)."""
-    never: Only = lambda _info: False  # noqa: E731
-    return _output_decorator(never, never)(target)
+def _never(_info: InstanceInfo) -> bool:
+    return False
+
+
+def silent(target: Any = None) -> Any:
+    """Silence both streams of a task (a bare decorator, ``@sky.silent``; that task alone).
+
+    ``@sky.silent()`` is accepted too."""
+    decorate = _output_decorator(_never, _never, "silent")
+    return decorate if target is None else decorate(target)
 
 
 class CallbackWriter(io.TextIOBase):

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TextIO
 
+from skyward_iac.api.function import settle
 from skyward_iac.api.runtime import InstanceInfo, bind_instance, route_output
 from skyward_iac.remote import protocol
 from skyward_iac.remote.protocol import (
@@ -87,7 +88,8 @@ def run_task(task: Task) -> Result:
         fn, args, kwargs = protocol.loads(task.payload, task.buffers)
         if process_plugins is not None:
             fn = process_plugins.decorate(fn)
-        value = fn(*args, **kwargs)
+        # A coroutine (a function that hides its ``async def`` from ``@sky.function``) runs here.
+        value = settle(fn(*args, **kwargs))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
         return Result(task.task_id, failure=describe_failure(exc),
                       duration=time.perf_counter() - started)

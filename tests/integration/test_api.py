@@ -165,6 +165,39 @@ def test_stdout_only_head_and_silent(pool: sky.Pool, output: OutputRecorder) -> 
     assert output.text("hush-3") == []
 
 
+@sky.stdout(only="head")
+@sky.function
+async def gather_on_node(tag: str, count: int) -> tuple[int, list[int], int]:
+    """An async task as users write them: awaits, runs coroutines concurrently, prints, and
+    uses a collection through its _async twin."""
+    import asyncio
+
+    async def square(i: int) -> int:
+        await asyncio.sleep(0.01)
+        return i * i
+
+    print(f"{tag} on node {sky.instance_info().node}")  # type: ignore[union-attr]
+    squares = await asyncio.gather(*(square(i) for i in range(count)))
+    counter = sky.counter(tag)
+    await counter.increment_async()
+    return sky.instance_info().node, list(squares), counter.value  # type: ignore[union-attr]
+
+
+def test_async_functions_run_on_the_node(pool: sky.Pool, output: OutputRecorder) -> None:
+    """Issue 29 item 8: an ``async def`` task returns its coroutine's result (it failed with
+    "cannot pickle 'coroutine'" and a "never awaited" warning)."""
+    node, squares, _ = gather_on_node("async-one", 4) >> pool
+    assert squares == [0, 1, 4, 9] and node in (0, 1)
+    everyone = gather_on_node("async-all", 3) @ pool
+    assert [n for n, _, _ in everyone] == [0, 1]
+    assert all(s == [0, 1, 4] for _, s, _ in everyone)
+    assert max(c for _, _, c in everyone) == 2  # both nodes counted, once each
+    # The head-only filter held while the coroutine ran: node 1 printed nothing.
+    assert {n for n, _, _ in output.text("async-all on node")} == {0}
+    future = gather_on_node("async-future", 2) > pool
+    assert future.result(timeout=60)[1] == [0, 1]
+
+
 @sky.function
 def capture() -> str:
     seen: list[str] = []

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
+import functools
 from typing import Any
 
 import pytest
@@ -66,3 +68,91 @@ def test_the_error_names_the_operator_used(dispatch: Any, operator: str) -> None
 def test_dispatch_to_something_else_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="cannot dispatch to 'int'"):
         add(1) >> 3
+
+
+# ---- decoration-time checks (issue 29 item 8) ------------------------------------------------
+
+def test_a_positional_timeout_says_to_name_it() -> None:
+    with pytest.raises(sky.ConfigError, match=r"write @sky.function\(timeout=600\)"):
+        sky.function(600)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("bad", ["train", 3j, [print]])
+def test_non_functions_are_refused_at_decoration(bad: object) -> None:
+    decorate = sky.function(timeout=5)
+    with pytest.raises(sky.ConfigError, match="@sky.function needs a function"):
+        decorate(bad)  # type: ignore[arg-type]
+
+
+def test_generators_are_refused_at_decoration_with_the_fix() -> None:
+    def numbers() -> Any:
+        yield 1
+
+    async def agen() -> Any:
+        yield 1
+
+    with pytest.raises(sky.ConfigError, match="it is a generator .*Return a list instead"):
+        sky.function(numbers)
+    with pytest.raises(sky.ConfigError, match="it is an async generator"):
+        sky.function(timeout=3)(agen)
+
+
+def test_decorating_twice_gives_one_function_and_keeps_the_outer_timeout() -> None:
+    twice = sky.function(timeout=7)(sky.function(timeout=3)(add.fn))
+    again = sky.function(twice)
+    assert twice.fn is add.fn and twice(1).timeout == 7.0
+    assert again.fn is add.fn and again(1).timeout == 7.0
+
+
+# ---- async def (issue 29 item 8) -------------------------------------------------------------
+
+@sky.function
+async def double_later(x: int) -> int:
+    await asyncio.sleep(0.01)
+    return 2 * x
+
+
+def test_async_functions_are_plain_calls_that_run_the_coroutine() -> None:
+    import inspect
+
+    pending = double_later(21)
+    assert pending.name == "double_later"
+    # What travels is a plain function: calling it runs the coroutine and gives its result.
+    assert not inspect.iscoroutinefunction(pending.fn)
+    assert pending.fn(*pending.args) == 42
+    assert double_later.local(5) == 10
+
+
+def test_local_async_inside_a_running_event_loop() -> None:
+    """A notebook runs an event loop in the kernel's thread: .local() still gives the result
+    (the coroutine runs on a thread of its own) instead of 'cannot be called from a running
+    event loop'."""
+    async def inside() -> int:
+        return double_later.local(4)
+
+    assert asyncio.run(inside()) == 8
+
+
+def test_an_async_function_that_raises_raises_its_own_error() -> None:
+    @sky.function
+    async def broken() -> None:
+        raise KeyError("inside")
+
+    with pytest.raises(KeyError, match="inside"):
+        broken.local()
+
+
+def test_the_worker_runs_an_async_function_and_pickles_its_result() -> None:
+    """What the worker does with a call, end to end through pickling: the result, not a
+    'cannot pickle coroutine' failure (a function hiding its async def is run too)."""
+    from skyward_iac.remote import protocol
+    from skyward_iac.remote.calls import pack_call
+    from skyward_iac.remote.protocol import Task
+    from skyward_iac.remote.worker import run_task
+
+    hidden = functools.partial(double_later.fn.fn, 5)  # type: ignore[attr-defined]
+    for pending, expected in ((double_later(21), 42), (sky.function(lambda: hidden())(), 10)):
+        packed = pack_call(pending)
+        result = run_task(Task(1, pending.name, packed.payload, None, packed.buffers))
+        assert result.failure is None, result.failure
+        assert protocol.loads(result.value or b"", result.buffers) == expected

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,3 +126,77 @@ def test_silencing_one_task_never_mutes_the_task_beside_it() -> None:
         silent_thread.join(30)
     lines = "".join(collected).splitlines()
     assert lines == [f"line {i}" for i in range(40)]
+
+
+# ---- decoration-time checks of the output decorators (issue 29 item 8) ----------------------
+
+@pytest.mark.parametrize("decorator", [sky.stdout, sky.stderr])
+@pytest.mark.parametrize(("only", "problem"), [
+    ("tail", "got the string 'tail'"),
+    ("HEAD", "got the string 'HEAD'"),
+    (0, "got int 0"),
+    (lambda: True, "cannot be called with one argument"),
+    (lambda info, extra: True, "cannot be called with one argument"),
+])
+def test_a_bad_only_is_refused_at_decoration(decorator: Any, only: object,
+                                             problem: str) -> None:
+    name = decorator.__name__
+    with pytest.raises(sky.ConfigError) as caught:
+        decorator(only=only)
+    message = str(caught.value)
+    assert f'@sky.{name}(only=...) takes "head" or a predicate on sky.InstanceInfo' in message
+    assert problem in message
+
+
+def test_output_decorators_misused_say_how_to_write_them() -> None:
+    def task() -> None: ...
+
+    with pytest.raises(sky.ConfigError, match=r"decorator factory: write @sky.stdout\(only=\"head\"\)"):
+        sky.stdout(task)  # type: ignore[call-arg]
+    with pytest.raises(sky.ConfigError, match=r"takes only= by name"):
+        sky.stderr("head")  # type: ignore[call-arg]
+    with pytest.raises(sky.ConfigError, match="decorates a function or a @sky.function"):
+        sky.stdout(only="head")("not a function")
+    with pytest.raises(sky.ConfigError, match="decorates a function"):
+        sky.silent(42)
+    with pytest.raises(sky.ConfigError, match=r"sky.stdout needs only=: @sky.stdout\(only="):
+        sky.stdout()
+
+
+def test_silent_works_bare_and_called(capsys: pytest.CaptureFixture[str]) -> None:
+    @sky.silent
+    def bare() -> None:
+        print("bare")
+
+    @sky.silent()
+    def called() -> None:
+        print("called")
+
+    runtime.bind_instance(info(0, 1))
+    try:
+        bare()
+        called()
+    finally:
+        runtime._process_instance.clear()
+    assert capsys.readouterr().out == ""
+
+
+def test_output_filters_hold_while_an_async_task_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The filter covers the coroutine's whole run, whichever decorator is on top."""
+
+    async def chat() -> str:
+        print("before")
+        await asyncio.sleep(0.01)
+        print("after")
+        return "done"
+
+    under = sky.function(sky.stdout(only="head")(chat))
+    over = sky.stdout(only="head")(sky.function(chat))
+    runtime.bind_instance(info(1, 2))  # not the head: its stdout is dropped
+    try:
+        assert under.local() == "done" and over.local() == "done"
+    finally:
+        runtime._process_instance.clear()
+    assert capsys.readouterr().out == ""
+    assert under.local() == "done"  # outside a pool nothing is filtered
+    assert capsys.readouterr().out == "before\nafter\n"
