@@ -1,13 +1,24 @@
 """The base of every object a user builds (``Spec``, ``Nodes``, ``Image``, ``Options``, ...):
 a bad value is a ``sky.ConfigError`` naming each problem, and the first fields may be given
 positionally, as the reference's dataclasses take them (``sky.Nodes(4)``,
-``sky.Spec(sky.Local())``)."""
+``sky.Spec(sky.Local())``).
+
+Numbers are numbers: a field that takes an int or a float refuses a string (``ttl="10"``) and
+a bool (``nodes=True``), whatever pydantic's lax mode would make of them, and says what it
+takes. Every numeric field behaves the same, so a string read from the environment and passed
+on unconverted is caught where it is passed, not half the time. An int is accepted where a
+float is (``vcpus=4``), and a whole float where an int is (``ttl=sky.time.minutes(10)``).
+Text sources (stack config, command-line flags) convert their values before building a model.
+"""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import math
+import types
+import typing
+from typing import Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from skyward_iac.api.errors import ConfigError
 
@@ -46,9 +57,56 @@ class _UserModelType(type(BaseModel)):  # type: ignore[misc]  # pydantic's Model
             raise error from None
 
 
+def _alternatives(annotation: Any) -> list[Any]:
+    """The types a field annotation admits (``int | None`` -> ``[int, NoneType]``)."""
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return [alt for arg in typing.get_args(annotation) for alt in _alternatives(arg)]
+    return [annotation]
+
+
+def numeric_refusal(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` does not fit a field of type ``annotation`` that takes numbers (a string
+    or a bool where an int or float is meant), or None when this rule has nothing to say."""
+    if not isinstance(value, (str, bool)):
+        return None
+    admitted = _alternatives(annotation)
+    words = set()
+    for kind in admitted:
+        if kind is float:
+            words.add("a number (int or float)")
+        elif kind is int and float not in admitted:
+            words.add("an int")
+    if not words or bool in admitted or (isinstance(value, str) and str in admitted):
+        return None
+    literals = [v for kind in admitted if typing.get_origin(kind) is Literal
+                for v in typing.get_args(kind)]
+    if value in literals:
+        return None
+    accepted = " or ".join(sorted(words) + [repr(v) for v in literals])
+    if type(None) in admitted:
+        accepted += " or None"
+    if isinstance(value, bool):
+        return f"must be {accepted}, not the bool {value}"
+    try:
+        number = float(value)
+        hint = f"; write {number:g} without quotes" if math.isfinite(number) else ""
+    except ValueError:
+        hint = ""
+    return f"must be {accepted}, not the string {value!r}{hint}"
+
+
 class UserModel(BaseModel, metaclass=_UserModelType):
     """A frozen pydantic model whose construction errors are ``ConfigError``s."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
     #: The fields that may be given positionally, in order.
     positional: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, (str, bool)) and info.field_name is not None:
+            field = cls.model_fields[info.field_name]
+            if (why := numeric_refusal(field.annotation, value)) is not None:
+                raise ValueError(why)
+        return value

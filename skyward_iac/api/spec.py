@@ -59,6 +59,18 @@ class Nodes(_Frozen):
         return self
 
 
+#: What ``Spec.nodes`` takes, in every refusal of it.
+NODES_ACCEPTED = ("nodes must be an int (nodes=2), a (low, high) tuple of ints for an elastic "
+                  "pool (nodes=(2, 8)), or sky.Nodes(desired=..., min=..., max=...)")
+
+
+def _shown(value: Any) -> str:
+    """A refused value as a message shows it: ``the string '2'``, ``2.0 (a float)``."""
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    return f"{value!r:.60} (a {type(value).__name__})"
+
+
 class PipIndex(_Frozen):
     """A package index for some packages only: ``packages`` are installed from ``url`` (first),
     their dependencies that index lacks from the default one."""
@@ -335,17 +347,16 @@ class Spec(_Frozen):
     @field_validator("nodes", mode="before")
     @classmethod
     def _node_spec(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("nodes must be an int, a (min, max) tuple or sky.Nodes(...)")
-        if isinstance(value, int):
+        if isinstance(value, (Nodes, dict)):
+            return value  # a dict: from skyward.toml, validated as Nodes
+        if isinstance(value, int) and not isinstance(value, bool):
             if value < 1:
                 raise ValueError(f"nodes must be at least 1, got {value}")
-            return Nodes(desired=value)
-        if isinstance(value, tuple):
-            if len(value) != 2 or not all(isinstance(v, int) for v in value):
-                raise ValueError(f"nodes as a tuple must be (low, high) ints, got {value!r}")
-            return Nodes(desired=value[0], max=value[1])
-        return value
+            return {"desired": value}
+        if (isinstance(value, (tuple, list)) and len(value) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            return {"desired": value[0], "max": value[1]}
+        raise ValueError(f"{NODES_ACCEPTED}; got {_shown(value)}")
 
     @model_validator(mode="after")
     def _volumes_mountable(self) -> Spec:

@@ -23,6 +23,7 @@ from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import AllocationStrategy, SelectionStrategy, Spec
 from skyward_iac.infra import home
+from skyward_iac.infra.local_fit import check_local_fits
 
 Market = Literal["spot", "on-demand"]
 CLOUDS = ("aws", "gcp")
@@ -360,6 +361,7 @@ def matching(spec: Spec, catalog: Catalog | None = None) -> list[Choice]:
     """
     kind = spec.provider.kind
     if kind == "local":
+        check_local_fits(spec)  # this machine is the only offer
         return [Choice(spec, LOCAL_OFFER, "on-demand")]
     catalog = catalog or current_catalog(kind)
     left = list(catalog.offers)

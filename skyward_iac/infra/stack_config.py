@@ -35,6 +35,10 @@ SPEC_KEYS = {
     "architecture": "architecture", "allocation": "allocation", "region": "region",
     "maxHourlyCost": "max_hourly_cost", "ttl": "ttl",
 }
+#: Stack config keys whose values are numbers, and of which kind.
+NUMBER_KEYS: dict[str, type[int | float]] = {
+    "nodes": int, "vcpus": float, "memoryGb": float, "diskGb": int, "maxHourlyCost": float,
+    "ttl": int}
 ACCELERATOR_KEYS = ("accelerator", "acceleratorCount", "acceleratorMemory",
                     "acceleratorFormFactor")
 #: Stack config key -> provider field, per provider.
@@ -95,8 +99,10 @@ def spec_from_settings(provider: str, settings: Mapping[str, Any]) -> Spec:
         )
     values = {k: v for k, v in settings.items() if v is not None and v != ""}
     fields: dict[str, Any] = {SPEC_KEYS[k]: v for k, v in values.items() if k in SPEC_KEYS}
-    if "nodes" in fields:
-        fields["nodes"] = _number(int, "nodes", fields["nodes"])
+    # All Pulumi config is text; Spec takes numbers only (api/model.py), so they are read here.
+    for key, kind in NUMBER_KEYS.items():
+        if key in values:
+            fields[SPEC_KEYS[key]] = _number(kind, key, values[key])
     if "accelerator" in values:
         fields["accelerator"] = accelerator_named(
             str(values["accelerator"]),
@@ -170,10 +176,15 @@ def read_pulumi_config(namespace: str = NAMESPACE) -> dict[str, str]:
 
 
 def _number(kind: type[int | float], key: str, value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ConfigError(f"{key} must be {_KIND_WORDS[kind]}, got {value!r}")
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be a number, got {value!r}") from None
+        raise ConfigError(f"{key} must be {_KIND_WORDS[kind]}, got {value!r}") from None
+
+
+_KIND_WORDS = {int: "a whole number (e.g. 2)", float: "a number (e.g. 2 or 2.5)"}
 
 
 def _flag(key: str, value: Any) -> bool:

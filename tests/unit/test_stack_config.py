@@ -33,7 +33,9 @@ def test_unknown_names_become_custom_accelerators() -> None:
 @pytest.mark.parametrize(("provider", "settings", "message"), [
     ("local", {"node": "2"}, "unknown local setting(s) node"),
     ("local", {"sshCidr": "1.2.3.4/32"}, "unknown local setting(s) sshCidr"),
-    ("aws", {"nodes": "two"}, "nodes must be a number"),
+    ("aws", {"nodes": "two"}, "nodes must be a whole number (e.g. 2)"),
+    ("aws", {"vcpus": "many"}, "vcpus must be a number (e.g. 2 or 2.5)"),
+    ("aws", {"ttl": "1.5"}, "ttl must be a whole number"),
     ("aws", {"nodes": "0"}, "nodes must be at least 1"),
     ("aws", {"acceleratorCount": "2"}, "need(s) `accelerator`"),
     ("aws", {"useDefaultVpc": "maybe"}, "useDefaultVpc must be true or false"),
