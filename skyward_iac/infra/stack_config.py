@@ -176,12 +176,15 @@ def read_pulumi_config(namespace: str = NAMESPACE) -> dict[str, str]:
 
 
 def _number(kind: type[int | float], key: str, value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ConfigError(f"{key} must be {_KIND_WORDS[kind]}, got {value!r}")
+    refused = ConfigError(f"{key} must be {_KIND_WORDS[kind]}, got {value!r}")
+    # int(2.7) would quietly be 2: a fractional value of a whole-number key is refused.
+    if isinstance(value, bool) or (kind is int and isinstance(value, float)
+                                   and not value.is_integer()):
+        raise refused
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be {_KIND_WORDS[kind]}, got {value!r}") from None
+        raise refused from None
 
 
 _KIND_WORDS = {int: "a whole number (e.g. 2)", float: "a number (e.g. 2 or 2.5)"}

@@ -36,6 +36,7 @@ def test_unknown_names_become_custom_accelerators() -> None:
     ("aws", {"nodes": "two"}, "nodes must be a whole number (e.g. 2)"),
     ("aws", {"vcpus": "many"}, "vcpus must be a number (e.g. 2 or 2.5)"),
     ("aws", {"ttl": "1.5"}, "ttl must be a whole number"),
+    ("aws", {"diskGb": 100.5}, "diskGb must be a whole number"),
     ("aws", {"nodes": "0"}, "nodes must be at least 1"),
     ("aws", {"acceleratorCount": "2"}, "need(s) `accelerator`"),
     ("aws", {"useDefaultVpc": "maybe"}, "useDefaultVpc must be true or false"),
