@@ -311,8 +311,9 @@ class LogConsole(Console):
             case TaskProgress():
                 return self._progress_line(event)
             case TaskCompleted(success=False):
-                return (f"task {event.task_id} {event.name} FAILED on node {event.node} after "
-                        f"{seconds(event.duration)}: {event.error}")
+                where = f"on node {event.node}" if event.node >= 0 else "before reaching a node"
+                took = f" after {seconds(event.duration)}" if event.duration else ""
+                return f"task {event.task_id} {event.name} FAILED {where}{took}: {event.error}"
             case Metric():
                 return self._metrics_line(event, view)
             case Log():

@@ -207,8 +207,10 @@ class TaskStarted(Event):
 class TaskCompleted(Event):
     """A call finished on node ``node``: ``success``, ``duration`` and, on failure, ``error``.
 
-    ``duration`` is how long the function ran on the node (0 when it never ran there);
-    ``node`` is -1 for a call that never left the client (the pool closed first).
+    ``duration`` is how long the function ran on the node; for a call the client failed (its
+    timeout, a lost node) how long it was out since it was sent, on the client's clock; 0 when
+    it never left the client. ``node`` is -1 for a call that never left the client (the pool
+    closed first).
     """
 
     stack: str

@@ -55,7 +55,8 @@ class Submission:
     future: Future[Any] = field(default_factory=Future)
     #: Set once a worker on the node has started it (at the latest with its result).
     started: bool = False
-    #: Seconds the function ran on the node, set before ``future`` resolves with its result.
+    #: Seconds the function ran on the node, set before ``future`` resolves with its result;
+    #: for a task failed here (timed out, node lost), the seconds since it was sent.
     duration: float | None = None
     #: Where the task's output is written (a Jupyter kernel's cell; see orchestration/notebook).
     context: contextvars.Context | None = None
@@ -321,13 +322,9 @@ class AgentClient:
             entry = self._take(task_id)
             if entry is None:
                 continue
-            try:
-                entry.future.set_exception(TimeoutError(
-                    f"{entry.name} did not finish within its timeout of {limit:g}s on node "
-                    f"{self.node} (task {task_id})"
-                ))
-            except InvalidStateError:
-                pass  # cancelled by its caller
+            fail([entry], TimeoutError(
+                f"{entry.name} did not finish within its timeout of {limit:g}s on node "
+                f"{self.node} (task {task_id})"))
             try:
                 self._channel.send(Cancel(task_id))
             except OSError:
@@ -336,8 +333,12 @@ class AgentClient:
 
 def fail(submissions: list[Submission], error: BaseException) -> None:
     """Resolve every unfinished future of ``submissions`` with ``error`` (cancelled and
-    finished ones are left as they are)."""
+    finished ones are left as they are). A task that was sent is given the time since then
+    as its duration (on this client's clock), so its failure says how long it was out."""
+    now = time.monotonic()
     for submission in submissions:
+        if submission.duration is None and submission.sent_at and not submission.future.done():
+            submission.duration = now - submission.sent_at
         try:
             submission.future.set_exception(error)
         except InvalidStateError:

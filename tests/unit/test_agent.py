@@ -10,7 +10,7 @@ import pytest
 
 from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.remote import protocol
-from skyward_iac.remote.agent_client import AgentClient
+from skyward_iac.remote.agent_client import AgentClient, Submission, fail
 from skyward_iac.remote.pacing import ahead
 from skyward_iac.remote.protocol import Welcome
 from tests.agent_process import TOKEN, closed_without_greeting, running_agent
@@ -78,6 +78,31 @@ def test_timeout_fails_the_future_and_later_tasks_still_run(agent: int) -> None:
         assert client.submit("abs", quick, timeout=10).result(10) == 4
     finally:
         client.close()
+
+
+def test_a_timed_out_task_says_how_long_it_was_out(agent: int) -> None:
+    """Issue 29 item 9: a task that timed out was reported "FAILED ... after 0.0s"; its
+    duration is now the time it was out, as measured on this client's clock."""
+    client = AgentClient(socket.create_connection(("127.0.0.1", agent)), TOKEN, node=3)
+    try:
+        submission = Submission(90_001, "sleep", protocol.dumps((time.sleep, (3,), {})), 0.5)
+        client.submit_many([submission])
+        with pytest.raises(TimeoutError):
+            submission.future.result(10)
+        assert submission.duration is not None and 0.5 <= submission.duration < 3
+    finally:
+        client.close()
+
+
+def test_a_task_failed_by_the_client_gets_its_time_out_as_duration() -> None:
+    sent = Submission(1, "f", b"", None, sent_at=time.monotonic() - 2.0)
+    never_sent = Submission(2, "g", b"", None)
+    done = Submission(3, "h", b"", None, sent_at=time.monotonic() - 9.0, duration=0.25)
+    done.future.set_result(1)
+    fail([sent, never_sent, done], NodeConnectionError("node 0 was lost"))
+    assert sent.duration is not None and 2.0 <= sent.duration < 10
+    assert never_sent.duration is None  # it never left: nothing ran anywhere
+    assert done.duration == 0.25 and done.future.result() == 1  # left as it was
 
 
 def test_a_retained_notice_reaches_clients_that_connect_later() -> None:

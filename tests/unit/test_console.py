@@ -204,6 +204,18 @@ def test_log_console_prints_task_counts_every_few_seconds_and_always_failures() 
     ]
 
 
+def test_a_failed_task_line_says_how_long_it_was_out_or_that_it_never_left() -> None:
+    """Issue 29 item 9: a timed-out task said "after 0.0s"; a call that never reached a node
+    said "on node -1 after 0.0s"."""
+    lines = lines_of(
+        LogConsole(io.StringIO()), ev.ClusterRequested(S, "local", 1),
+        ev.TaskCompleted(S, 7, "slow", 1, False, 3.02, error="TimeoutError: slow did not finish"),
+        ev.TaskCompleted(S, 8, "late", -1, False, 0.0, error="NodeConnectionError: pool closed"))
+    assert lines[1:] == [
+        "task 7 slow FAILED on node 1 after 3.0s: TimeoutError: slow did not finish",
+        "task 8 late FAILED before reaching a node: NodeConnectionError: pool closed"]
+
+
 def test_log_console_needs_no_per_task_events() -> None:
     """A console subscribes as a summary: the bus keeps per-task events from it, and the pool
     builds them only for someone else."""
