@@ -22,6 +22,7 @@ from skyward_iac.collections import context as collections_context
 from skyward_iac.infra import engine
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
+from skyward_iac.orchestration import at_exit
 from skyward_iac.orchestration.lifecycle import PoolLifecycle, ending
 from skyward_iac.orchestration.plan import plan_pool
 from skyward_iac.orchestration.pool import Pool, print_output
@@ -132,10 +133,15 @@ class Session:
     """Several pools with lifetimes of your choosing; every one is destroyed at ``close()``.
 
     ``with sky.Session() as session: a = session.compute(provider=sky.Local(), nodes=2)``
+
+    A session never closed is closed when the script ends (``at_exit``): its pools are
+    destroyed before the interpreter exits.
     """
 
     def __init__(self) -> None:
+        #: This list object is the one ``at_exit`` watches: it is emptied, never replaced.
         self._computes: list[Compute] = []
+        at_exit.track(self, self._computes)
 
     def compute(self, *specs: Spec, options: Options | None = None, **fields: Any) -> Pool:
         """Provision a pool now; it lives until ``release(pool)`` or the session closes."""
@@ -155,7 +161,8 @@ class Session:
 
     def close(self) -> None:
         """Destroy every pool still alive, concurrently."""
-        computes, self._computes = self._computes, []
+        computes = self._computes[:]
+        self._computes.clear()
         _teardown_all(computes)
 
     def __enter__(self) -> Session:

@@ -1,0 +1,131 @@
+"""Pools a ``sky.Session`` still holds when the script ends are destroyed before it exits.
+
+A session registers the list of its pools here; ``close()`` empties that list. When the main
+thread's code is done (it returned, raised or called ``sys.exit``), whatever is still listed
+is destroyed, so a forgotten session leaves nothing running; before, its nodes ran until their
+ttl (600 s by default).
+
+The moment is ``threading``'s own exit hook, which runs before the interpreter waits for
+non-daemon threads and before ``concurrent.futures`` stops taking work. A plain ``atexit``
+handler would run too late (the pool's heartbeat and node starts run on thread pools, which
+take no work by then) and not at all while a non-daemon thread keeps the process alive. So a
+thread still using a forgotten session's pool after the main thread ended sees its calls fail
+with ``NodeConnectionError``, as it would see ``concurrent.futures`` refuse new work. Logging
+still works then (it shuts down later, in ``atexit``).
+
+A session garbage-collected with pools in it warns (``ResourceWarning``, as an unclosed file
+does). Its pools may still be in use through their ``Pool`` objects, so they are destroyed at
+the exit too, not at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import warnings
+import weakref
+from typing import Any, Protocol
+
+log = logging.getLogger("skyward")
+
+#: How a forgotten pool's run ends in its stack's history (``skyward: <HOW>``).
+HOW = "session never closed: destroyed at interpreter exit"
+
+
+class Closeable(Protocol):
+    """What a session holds per pool (a ``Compute``)."""
+
+    @property
+    def stack_name(self) -> str: ...
+
+    def teardown(self, how: str = ...) -> None: ...
+
+
+#: Every tracked session's list of pools, by the list's id (the list is kept alive here).
+_tracked: dict[int, list[Any]] = {}
+_lock = threading.Lock()
+_hooked = False
+
+
+def track(owner: object, pools: list[Any]) -> None:
+    """Destroy whatever ``pools`` (a list of ``Closeable`` that ``owner`` adds to and empties)
+    holds when the script ends; warn if ``owner`` is garbage-collected with pools in it."""
+    _hook_once()
+    with _lock:
+        _tracked[id(pools)] = pools
+    finalizer = weakref.finalize(owner, _collected, pools, type(owner).__name__)
+    finalizer.atexit = False  # at the exit, close_forgotten does the work, without a warning
+
+
+def _collected(pools: list[Closeable], kind: str) -> None:
+    """The owner was garbage-collected: forget an empty list, warn about a full one."""
+    if not pools:
+        with _lock:
+            _tracked.pop(id(pools), None)
+        return
+    names = ", ".join(p.stack_name for p in list(pools))
+    warnings.warn(f"sky.{kind} garbage-collected without close(); its {len(pools)} pool(s) "
+                  f"({names}) are destroyed when the interpreter exits. Use "
+                  f"`with sky.{kind}() as session:` or call session.close().", ResourceWarning,
+                  stacklevel=1)
+
+
+def forgotten() -> list[Closeable]:
+    """Take every pool still held by a session nobody closed (their lists are emptied)."""
+    with _lock:
+        lists = list(_tracked.values())
+    taken: list[Closeable] = []
+    for pools in lists:
+        taken += pools
+        pools.clear()
+    return taken
+
+
+def close_forgotten() -> None:
+    """Destroy the pools of sessions nobody closed, concurrently; never raises (it runs at
+    exit: an error is logged; after a Ctrl+C the interpreter still waits for the destroys,
+    a second one leaves them to ``skyward-iac gc``)."""
+    pools = forgotten()
+    if not pools:
+        return
+    names = ", ".join(p.stack_name for p in pools)
+    log.warning("%d pool(s) of a sky.Session that was never closed: destroying %s before the "
+                "interpreter exits (use `with sky.Session() as session:` or session.close())",
+                len(pools), names)
+    # Plain non-daemon threads: thread pools may take no work here (the atexit fallback), and
+    # the interpreter waits for these even when a Ctrl+C ends the join below.
+    threads = [threading.Thread(target=_teardown, args=(p,), name=f"skyward-exit-{p.stack_name}")
+               for p in pools]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        log.error("interrupted: still destroying %s (Ctrl+C again leaves it to "
+                  "`skyward-iac gc`)", names)
+
+
+def _teardown(pool: Closeable) -> None:
+    try:
+        pool.teardown(HOW)
+    except Exception as exc:  # noqa: BLE001 - nothing may escape an exit hook
+        log.error("stack %s: destroying it at exit failed: %s", pool.stack_name, exc)
+
+
+def _hook_once() -> None:
+    global _hooked
+    with _lock:
+        if _hooked:
+            return
+        _hooked = True
+    # CPython's "before non-daemon threads are joined" hook, the one concurrent.futures uses;
+    # hooks run last-registered first, so this one runs while thread pools still take work.
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("this Python has no threading exit hook")
+        register(close_forgotten)
+    except RuntimeError:  # another Python, or the interpreter is shutting down already
+        atexit.register(close_forgotten)
