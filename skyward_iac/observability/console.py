@@ -48,6 +48,7 @@ from skyward_iac.observability.events import (
     TaskProgress,
 )
 from skyward_iac.observability.logging import redact
+from skyward_iac.observability.streams import track_streams, write_lines
 from skyward_iac.observability.view import PoolView, StackView
 
 if TYPE_CHECKING:
@@ -128,6 +129,9 @@ def acquire_console(mode: bool | str, bus: EventBus, stream: TextIO | None = Non
     terminal holds one live view; it stops when the last pool releases it. In a notebook each
     pool has its own display, in the cell that opened it.
     """
+    # The user's prints are tracked even for a silent console: remote output and warnings
+    # still reach the same streams, and must not land inside a user's line.
+    track_streams()
     console = console_for(mode, stream, show_logs=show_logs)
     if isinstance(console, SilentConsole):
         # Nothing to show: no subscriber, so the pool builds no per-task events either.
@@ -246,12 +250,9 @@ class LogConsole(Console):
         if len(self.view.active()) > 1 and view is not None:
             text = f"[{short_stack(view.stack)}] {text}"
         clock = time.strftime("%H:%M:%S", time.localtime(event.timestamp))
-        try:
-            for line in redact(text).splitlines() or [""]:
-                self.stream.write(f"{clock} {line}\n")
-            self.stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed pipe must not break the pool
+        # Never inside a line the user's code is printing to the same file (streams.py).
+        write_lines(self.stream, "".join(f"{clock} {line}\n"
+                                         for line in redact(text).splitlines() or [""]))
 
     def describe(self, event: Event, view: StackView | None) -> str | None:  # noqa: C901
         """The line for ``event``, or None when this console does not show it."""

@@ -53,6 +53,7 @@ from skyward_iac.observability.events import (
     TaskCompleted,
 )
 from skyward_iac.observability.logging import redact
+from skyward_iac.observability.streams import end_open_line, raw
 from skyward_iac.observability.view import NodeView, StackView
 
 log = logging.getLogger("skyward")
@@ -85,7 +86,9 @@ class RichConsole(Console):
                  refresh_per_second: float = 4) -> None:
         super().__init__()
         self.stream = stream
-        self.terminal = Terminal(file=stream, highlight=False)
+        # Rich writes to the terminal itself, past the line tracking of ``streams.py``: while
+        # the view is up, the user's prints reach it through Rich's own line-buffered proxies.
+        self.terminal = Terminal(file=raw(stream), highlight=False)
         # The log console's wording, reused for the permanent lines.
         self._lines = LogConsole(stream, show_logs=show_logs)
         # Output written while the view is up must be printed above it, or it tears the view;
@@ -96,6 +99,7 @@ class RichConsole(Console):
                           redirect_stderr=stream is sys.stderr)
 
     def _begin(self) -> None:
+        end_open_line(self.stream)  # the view starts on a line of its own
         self._live.start()
 
     def _end(self) -> None:

@@ -23,6 +23,7 @@ from typing import TextIO
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.log_config import LogConfig
+from skyward_iac.observability.streams import write_lines
 
 #: Loggers configured: ``skyward`` (and ``skyward.*``) plus modules named by ``__name__``.
 LOGGERS = ("skyward", "skyward_iac")
@@ -73,7 +74,9 @@ class _TimeOfDayFormatter(RedactingFormatter):
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is when a record comes: the rich console redirects
-    it while its live view is up, and a handler holding the original would tear the view."""
+    it while its live view is up, and a handler holding the original would tear the view.
+    A record is written as whole lines, never inside a line the user's code is printing
+    (``streams.write_lines``)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
@@ -85,6 +88,12 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, value: TextIO) -> None:
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            write_lines(self.stream, self.format(record) + self.terminator)
+        except Exception:  # noqa: BLE001 - as StreamHandler.emit: reported, never raised
+            self.handleError(record)
 
 @dataclass
 class ConfiguredLogging:

@@ -28,6 +28,7 @@ from skyward_iac.collections import (
 )
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
+from skyward_iac.observability.streams import write_lines
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.dispatch import Call, Dispatcher, call_for
 from skyward_iac.orchestration.membership import Membership
@@ -42,11 +43,16 @@ R = TypeVar("R")
 
 
 def print_output(node: int, stream: str, text: str) -> None:
-    """Default sink of remote output: each line prefixed by its node, on the same stream."""
+    """Default sink of remote output: each line prefixed by its node, on the same stream.
+
+    Whole lines only, never inside one the client is printing (``streams.write_lines``); what
+    a task left without a newline at its end is ended here, so the next line, the client's or
+    another node's, starts on a line of its own."""
+    if not text:
+        return
     target = sys.stderr if stream == "stderr" else sys.stdout
     lines = text.splitlines(keepends=True)
-    target.write("".join(f"[node {node}] {line}" for line in lines))
-    target.flush()
+    write_lines(target, "".join(f"[node {node}] {line}" for line in lines))
 
 
 #: ``map`` packs and places its calls in chunks of this many, so the first tasks are running
