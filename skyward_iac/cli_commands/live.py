@@ -16,8 +16,10 @@ import socket
 import sys
 import threading
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO
+
+from skyward_iac.api.deadlines import seconds_left
 
 #: Exit codes every command uses (documented in docs/operations.md).
 OK, ERROR, USAGE, NOT_FOUND, REFUSED = 0, 1, 2, 3, 4
@@ -44,13 +46,21 @@ class LiveStack:
     warm_until: str = ""
     #: Until when the owner's lease holds the stack against gc ("" for stacks without one).
     lease_until: str = ""
-    #: Seconds the lease has left (negative: lapsed that long ago); None without a lease.
+    #: Seconds the lease has left (negative: lapsed that long ago) on this machine's clock, for
+    #: a lease this machine wrote; None without one, or for another machine's lease.
     lease_left_s: float | None = None
+    #: Another machine's lease as this one judges it (``held`` or ``lapsed``), else "".
+    lease_judged: str = ""
+    #: The owner as this machine sees it: ``running``, ``gone``, ``alive elsewhere``,
+    #: ``elsewhere, no lease`` ("" when not judged).
+    owner_state: str = ""
 
 
 def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
-             owner_running: bool) -> LiveStack:
-    """``ls``'s row for a stack from its tags: age and cost so far are measured to ``now``."""
+             owner_running: bool, owner_state: str = "", lease_judged: str = "") -> LiveStack:
+    """``ls``'s row for a stack from its tags: age and cost so far are measured to ``now``.
+    ``lease_judged`` set: the lease is another machine's, whose time left this one cannot
+    measure."""
     created = tags.get("created_at")
     age = (now - datetime.fromisoformat(created)).total_seconds() if created else None
     hourly = float(tags.get("usd_per_hour", 0) or 0)
@@ -62,19 +72,16 @@ def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
         expires_at=tags.get("expires_at", "never"), owner_running=owner_running,
         warm_until=tags.get("warm_until", ""),
         lease_until=tags.get("lease_until", ""),
-        lease_left_s=_seconds_until(tags.get("lease_until"), now),
+        lease_left_s=None if lease_judged else seconds_left(tags.get("lease_until"), now),
+        lease_judged=lease_judged, owner_state=owner_state,
     )
 
 
-def _seconds_until(when: str | None, now: datetime) -> float | None:
-    try:
-        return round((datetime.fromisoformat(when) - now).total_seconds(), 1) if when else None
-    except ValueError:
-        return None
-
-
 def lease_text(row: LiveStack) -> str:
-    """``ls``'s lease column: ``23s left``, ``lapsed 4m ago``, or ``-`` without a lease."""
+    """``ls``'s lease column: ``23s left``, ``lapsed 4m ago`` (a lease of this machine's),
+    ``held`` or ``lapsed`` (another machine's, as judged here), or ``-`` without a lease."""
+    if row.lease_judged:
+        return row.lease_judged
     if row.lease_left_s is None:
         return "-"
     if row.lease_left_s >= 0:
@@ -96,20 +103,32 @@ def human_age(seconds: float | None) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
 
 
-def owner_running(tags: dict[str, str]) -> bool:
-    """Whether the process that created the stack still runs (on this host)."""
+def owner_running(stack: str, tags: dict[str, str]) -> bool:
+    """Whether a process of this machine holds the stack: its creator, or a holder such as
+    the adopter of a warm pool."""
     from skyward_iac.infra import gc
+    from skyward_iac.infra.tags import StackRecord
 
-    return not gc.owner_gone(tags, socket.gethostname(), gc.pid_alive)
+    return gc.owner_state(StackRecord(stack, tags, 1), gc.look(())) == gc.RUNNING
 
 
-def live_stacks(now: datetime | None = None) -> list[LiveStack]:
-    """Every stack that holds resources, newest first."""
+def live_stacks() -> list[LiveStack]:
+    """Every stack that holds resources, newest first, its owner judged as gc judges it."""
+    from skyward_iac.infra import gc
     from skyward_iac.infra.stack import list_records
 
-    now = now or datetime.now(UTC)
-    rows = [describe(r.name, r.tags, r.resource_count, now, owner_running(r.tags))
-            for r in list_records(only_live=True) if r.resource_count]
+    records = [r for r in list_records(only_live=True) if r.resource_count]
+    seen = gc.look(records)
+    rows = []
+    for record in records:
+        state = gc.owner_state(record, seen)
+        judged = ""
+        if state == gc.ELSEWHERE and record.tags.get("lease_until"):
+            judged = "lapsed" if gc.lease_reason(record, seen) else "held"
+        shown = {gc.RUNNING: "running", gc.DEAD: "gone"}.get(state) or {
+            "held": "alive elsewhere", "lapsed": "gone"}.get(judged, "elsewhere, no lease")
+        rows.append(describe(record.name, record.tags, record.resource_count, seen.now,
+                             state == gc.RUNNING, shown, judged))
     return sorted(rows, key=lambda row: row.created_at or "", reverse=True)
 
 
@@ -153,9 +172,7 @@ def run_ls(args: argparse.Namespace) -> int:
         return OK
     print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'COST':>9}  {'LEASE':<16} OWNER")
     for row in rows:
-        state = (f"warm until {row.warm_until}" if row.warm_until
-                 else "running" if row.owner_running
-                 else "alive elsewhere" if (row.lease_left_s or -1) >= 0 else "gone")
+        state = f"warm until {row.warm_until}" if row.warm_until else row.owner_state
         print(f"{row.stack:<44} {row.nodes:>5} {human_age(row.age_s):>7} "
               f"${row.cost_usd:>8.4f}  {lease_text(row):<16} {row.owner} ({state})")
     return OK
@@ -169,7 +186,7 @@ def run_down(args: argparse.Namespace) -> int:
         print(f"{args.stack} is already down")
         return OK
     tags = stack.tags()
-    if owner_running(tags) and not args.force:
+    if owner_running(args.stack, tags) and not args.force:
         print(f"skyward-iac: {args.stack} belongs to a running process (pid {tags.get('pid')} "
               f"on {tags.get('host')}); close its pool, or pass --force to destroy it anyway",
               file=sys.stderr)

@@ -1,68 +1,120 @@
 """Garbage collection of stacks whose client is gone: the policy (pure) and its execution.
 
-A stack is collected when it still holds resources, its ``expires_at`` has passed and its
-owner is gone: the owning process is dead on this host (pid and start time from its tags), or
-the stack belongs to another host (whose nodes have stopped themselves by now). Collection
-clears what a crash leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``,
-then destroys. Running two collectors at once is safe: the second finds the stack locked and
-skips it.
+A stack is collected when it still holds resources and its owner is gone, judged without
+comparing two machines' clocks (``api/deadlines.py``):
+
+* the owner was a process of this machine (same host and boot) and neither it nor any holder
+  recorded here (an adopter, a keeper: ``leases.hold``) runs: collected at once;
+* another machine's stack: once its lease lapsed, as this machine sees it (unrenewed for a
+  lease on this machine's monotonic clock, or, at a first look, ended more than
+  ``MAX_CLOCK_SKEW`` ago).
+
+A warm pool is left to its keeper until ``warm_until``. Stacks without a lease (``ttl=0``, or
+from before leases) keep the older rule: expired, and the owner gone. Collection clears what a
+crash leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``, then destroys.
+Running two collectors at once is safe: the second finds the stack locked and skips it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from skyward_iac.api.deadlines import LeaseSighting, lease_lapsed, wall_passed
 from skyward_iac.api.errors import StackBusyError
-from skyward_iac.infra import home
-from skyward_iac.infra.leases import lapsed
+from skyward_iac.infra import home, leases
+from skyward_iac.infra.leases import LEASE_UNTIL
 from skyward_iac.infra.local_node import orphan_sandboxes, sandbox_dirs
 from skyward_iac.infra.provider_host import reap_orphans
 from skyward_iac.infra.state_repair import repair as repair_state
-from skyward_iac.infra.tags import StackRecord, process_started
+from skyward_iac.infra.tags import WARM_UNTIL, ProcessId, StackRecord, boot_id, process_started
 from skyward_iac.processes import is_alive, stop_sandbox
 
 log = logging.getLogger("skyward")
 
-
-def owner_gone(tags: dict[str, str], host: str,
-               alive: Callable[[int, str], bool]) -> bool:
-    """True when the client that owns the stack no longer runs."""
-    if tags.get("host") != host:
-        return True  # another machine: its nodes' watchdogs are the guarantee
-    try:
-        pid = int(tags["pid"])
-    except (KeyError, ValueError):
-        return True
-    return not alive(pid, tags.get("pid_started", ""))
+#: What ``owner_state`` says of a stack's owner.
+RUNNING, DEAD, ELSEWHERE = "running", "dead", "elsewhere"
 
 
-def collect_reason(record: StackRecord, now: datetime, host: str,
-                   alive: Callable[[int, str], bool]) -> str | None:
+def _nobody(stack: str) -> list[ProcessId]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """One look at the stacks from this machine: its wall and monotonic clocks, which machine
+    and boot it is, whether a pid (with its start time) runs here, the holders recorded here
+    and the leases' sightings."""
+
+    now: datetime
+    host: str
+    alive: Callable[[int, str], bool]
+    boot: str = ""
+    mono: float = 0.0
+    holders: Callable[[str], list[ProcessId]] = _nobody
+    sightings: Mapping[str, LeaseSighting] = field(default_factory=dict)
+
+    def here(self, process: ProcessId) -> bool:
+        """Whether ``process`` ran on this machine in this boot (a record without a boot, from
+        an older version: on this host)."""
+        return process.host == self.host and (not process.boot or process.boot == self.boot)
+
+    def runs(self, process: ProcessId) -> bool:
+        """Whether ``process`` is a process of this machine that still runs."""
+        return self.here(process) and self.alive(process.pid, process.started)
+
+
+def owner_state(record: StackRecord, look: Look) -> str:
+    """``RUNNING`` (its creator or a recorded holder runs here), ``DEAD`` (its creator was a
+    process of this machine, gone, and nothing here holds it) or ``ELSEWHERE``."""
+    if any(look.runs(holder) for holder in look.holders(record.name)):
+        return RUNNING
+    creator = ProcessId.from_tags(record.tags)
+    if creator is None:  # no pid recorded: only the host tells
+        return DEAD if record.tags.get("host") == look.host else ELSEWHERE
+    if not look.here(creator):
+        return ELSEWHERE
+    return RUNNING if look.alive(creator.pid, creator.started) else DEAD
+
+
+def lease_reason(record: StackRecord, look: Look) -> str | None:
+    """Why another machine's lease on ``record`` counts as lapsed here, or None while it
+    holds (or there is none)."""
+    until = record.tags.get(LEASE_UNTIL)
+    if not until:
+        return None
+    sighting = look.sightings.get(record.name) or LeaseSighting(until, look.mono, look.boot)
+    return lease_lapsed(until, float(record.tags.get("ttl") or 0), look.now, sighting, look.mono)
+
+
+def collect_reason(record: StackRecord, look: Look) -> str | None:
     """Why ``record`` should be destroyed now, or None to leave it alone."""
-    if record.resource_count == 0 or "created_at" not in record.tags:
+    tags = record.tags
+    if record.resource_count == 0 or "created_at" not in tags:
         return None
-    expires = record.tags.get("expires_at", "never")
-    if expires == "never" or datetime.fromisoformat(expires) > now:
-        return None
-    warm_until = record.tags.get("warm_until")
-    if warm_until and datetime.fromisoformat(warm_until) > now:
+    owner, state = tags.get("owner", "?"), owner_state(record, look)
+    warm = tags.get(WARM_UNTIL)
+    if warm and not wall_passed(warm, look.now, same_clock=state != ELSEWHERE):
         return None  # a keeper keeps it for the next equal pool (it destroys it itself)
-    owner = record.tags.get("owner", "?")
-    lease = lapsed(record.tags, now)
-    if lease is True:  # from any machine: nobody renewed it
-        return f"its lease lapsed at {record.tags['lease_until']} (owner {owner})"
-    same_host_dead = record.tags.get("host") == host and owner_gone(record.tags, host, alive)
-    if lease is False:
-        # A live lease: only this machine, which can see its owner is dead, may collect early.
-        return f"expired at {expires} and its owner ({owner}) is gone" if same_host_dead \
-            else None
-    if not owner_gone(record.tags, host, alive):  # a stack from before leases
+    if state == RUNNING:
         return None
-    return f"expired at {expires} and its owner ({owner}) is gone"
+    expires = tags.get("expires_at", "never")
+    if state == DEAD:
+        if tags.get(LEASE_UNTIL):  # a pool with a ttl whose owner was here and is gone
+            return f"its owner ({owner}) was a process of this machine and is gone"
+        if wall_passed(expires, look.now, same_clock=True):
+            return f"expired at {expires} and its owner ({owner}) is gone"
+        return None
+    if tags.get(LEASE_UNTIL):
+        why = lease_reason(record, look)
+        return f"{why} (owner {owner})" if why else None
+    if wall_passed(expires, look.now, same_clock=False):  # a stack from before leases
+        return f"expired at {expires} and its owner ({owner}) is on another machine"
+    return None
 
 
 def prune_reason(record: StackRecord, now: datetime, retention: timedelta) -> str | None:
@@ -78,6 +130,17 @@ def prune_reason(record: StackRecord, now: datetime, retention: timedelta) -> st
 def pid_alive(pid: int, started: str) -> bool:
     """Whether ``pid`` runs and is the process that started at ``started`` (not a reuse)."""
     return is_alive(pid) and (not started or process_started(pid) == started)
+
+
+def look(records: Iterable[StackRecord]) -> Look:
+    """A look from this machine now at ``records``: their leases are sighted (and the
+    sightings remembered for the next look)."""
+    mono = time.monotonic()
+    here = Look(datetime.now(UTC), socket.gethostname(), pid_alive, boot_id(), mono)
+    live = {r.name: r.tags[LEASE_UNTIL] for r in records
+            if r.resource_count and r.tags.get(LEASE_UNTIL)}
+    return replace(here, holders=lambda stack: leases.holders(stack, here.runs),
+                   sightings=leases.sight_leases(live, mono, here.boot))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +159,6 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
     gc a new Compute runs). Returns what was done (or would be, with ``dry_run``)."""
     from skyward_iac.infra.stack import ClusterStack, list_records
 
-    now, host = datetime.now(UTC), socket.gethostname()
     wanted = set(only) if only is not None else None
     actions: list[Action] = []
     if not dry_run:
@@ -114,16 +176,18 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
             stop_sandbox(sandbox)
             actions.append(Action(sandbox.parent.name, "reaped",
                                   f"Local node sandbox {sandbox.name} had no stack"))
-    for record in list_records(only_live=retention_days is None):
+    records = list_records(only_live=retention_days is None)
+    seen = look(records)
+    for record in records:
         if wanted is not None and record.name not in wanted:
             continue
-        if this_host_only and record.tags.get("host") != host:
+        if this_host_only and record.tags.get("host") != seen.host:
             continue
-        if reason := collect_reason(record, now, host, pid_alive):
+        if reason := collect_reason(record, seen):
             actions.append(Action(record.name, "destroyed", reason) if dry_run
                            else _destroy(ClusterStack, record.name, reason))
         elif retention_days is not None and (
-            reason := prune_reason(record, now, timedelta(days=retention_days))
+            reason := prune_reason(record, seen.now, timedelta(days=retention_days))
         ):
             if not dry_run:
                 ClusterStack.select(record.name).remove()

@@ -4,7 +4,7 @@ A node's life is its processes': its sshd starts in a cgroup of its own where th
 (``processes.create_sandbox_cgroup``), so everything its sessions start is in it; it counts as
 alive while anything of it runs, and deleting it stops all of it. Its TTL watchdog starts with
 it (not at bootstrap), so a client killed during ``up`` still leaves nodes that stop by
-themselves: the heartbeat file is dated ahead by ``FIRST_CONTACT_GRACE`` seconds or the ttl,
+themselves: until the first beat it allows ``FIRST_CONTACT_GRACE`` seconds or the ttl,
 whichever is longer, the time the client has to reach the node and start beating.
 
 This module is referenced by pickled providers in existing stacks: do not move or rename
@@ -240,15 +240,14 @@ def _in_cgroup(group: Path | None, command: list[str]) -> list[str]:
 
 def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None) -> None:
     """Start the node's dead-man switch now, outside its cgroup (stopping the node must not
-    stop it first); the heartbeat is dated ahead by the first-contact grace."""
+    stop it first), allowing the first-contact grace before the first beat."""
     heartbeat = sandbox / "work" / "heartbeat"
     heartbeat.touch()
-    ahead = time.time() + max(FIRST_CONTACT_GRACE, ttl)
-    os.utime(heartbeat, (ahead, ahead))
     with open(sandbox / "log" / "watchdog.log", "ab") as log:
         watchdog = subprocess.Popen(
             [sys.executable, "-m", "skyward_iac.remote.watchdog", "--heartbeat", str(heartbeat),
              "--ttl", str(ttl), "--sandbox", str(sandbox),
+             "--first-contact", str(FIRST_CONTACT_GRACE),
              *(["--max-lifetime", str(max_lifetime)] if max_lifetime else [])],
             cwd=sandbox, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -13,11 +13,11 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
+from skyward_iac.api.deadlines import expires_at, lease_end
 from skyward_iac.api.spec import Spec
-from skyward_iac.infra.leases import lease_end
 
 #: Prefix of every skyward tag in the backend (``skyward:owner``...).
 TAG_PREFIX = "skyward:"
@@ -52,10 +52,50 @@ def process_started(pid: int) -> str | None:
         return None
 
 
+def boot_id() -> str:
+    """This machine's current boot (a pid, a start time and the monotonic clock mean
+    something only within one boot); empty where the kernel does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessId:
+    """A process on some machine: host name, boot, pid and start time, so that neither a reused
+    pid nor a pid from an earlier boot passes for it. ``boot`` is empty in older records."""
+
+    host: str
+    boot: str
+    pid: int
+    started: str
+
+    @classmethod
+    def current(cls) -> ProcessId:
+        """This process."""
+        return cls(socket.gethostname(), boot_id(), os.getpid(),
+                   process_started(os.getpid()) or "")
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> ProcessId | None:
+        """The process ``owner_tags`` recorded, or None when no pid was."""
+        try:
+            pid = int(tags["pid"])
+        except (KeyError, ValueError):
+            return None
+        return cls(tags.get("host", ""), tags.get("boot_id", ""), pid,
+                   tags.get("pid_started", ""))
+
+    def tags(self) -> dict[str, str]:
+        """The inverse of ``from_tags``."""
+        return {"pid": str(self.pid), "pid_started": self.started, "host": self.host,
+                "boot_id": self.boot}
+
+
 def owner_tags() -> dict[str, str]:
     """Tags that identify this client process to a later collector."""
-    return {"pid": str(os.getpid()), "pid_started": process_started(os.getpid()) or "",
-            "host": socket.gethostname()}
+    return ProcessId.current().tags()
 
 
 def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
@@ -68,8 +108,7 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
     return {
         "owner": f"{getpass.getuser()}@{socket.gethostname()}",
         "created_at": now.isoformat(timespec="seconds"),
-        "expires_at": (now + timedelta(seconds=spec.ttl)).isoformat(timespec="seconds")
-        if spec.ttl else "never",
+        "expires_at": expires_at(now, spec.ttl),
         "ttl": str(spec.ttl),
         "provider": spec.provider.kind,
         "nodes": str(node_count),

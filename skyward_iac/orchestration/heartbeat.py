@@ -1,8 +1,10 @@
-"""The client's side of the dead-man switch: touch every node's heartbeat file over SFTP.
+"""The client's side of the dead-man switch: write every node's heartbeat file over SFTP.
 
-While beats arrive, a node keeps living; when they stop for ``ttl`` seconds (this process died,
-lost the network, or the node is unreachable) the node stops itself (remote/watchdog.py on
-Local, the cloud-init watchdog on clouds). A node is beaten from its first SSH contact, through
+Each beat rewrites the file with a new beat count; the node's watchdog notes on its own
+monotonic clock when it saw the file change (remote/watchdog.py on Local, the cloud-init
+watchdog on clouds), so no time of this machine travels with a beat and its clock cannot
+matter. While beats arrive, a node keeps living; when they stop for ``ttl`` seconds (this
+process died, lost the network, or the node is unreachable) the node stops itself. A node is beaten from its first SSH contact, through
 its bootstrap, until the pool closes, over an SFTP channel of its own: nothing else (the
 bootstrap's uploads, a closed cached client) can take it away. A failing beat is a warning at
 once; a node unreachable for ``ttl`` has stopped itself and is reported lost.
@@ -20,18 +22,9 @@ from typing import Any
 
 import fabric
 
+from skyward_iac.api.deadlines import beat_interval, beat_timeout, unreached_too_long
+
 log = logging.getLogger("skyward")
-
-
-def beat_interval(ttl: float) -> float:
-    """A third of the ttl (so two beats may be lost), between 0.5 and 30 seconds."""
-    return min(30.0, max(0.5, ttl / 3))
-
-
-def beat_timeout(ttl: float) -> float:
-    """How long one beat may take before it counts as failed: a beat that hangs must not
-    hold the others back for long."""
-    return min(10.0, max(1.0, beat_interval(ttl)))
 
 
 @dataclass
@@ -42,6 +35,8 @@ class _Beat:
     last_ok: float
     sftp: Any = None
     failures: int = 0
+    #: Beats written so far: each beat writes the next count, so each one changes the file.
+    count: int = 0
     #: Held while a beat is under way: a node is never beaten twice at once.
     busy: threading.Lock = field(default_factory=threading.Lock)
 
@@ -93,7 +88,7 @@ class Heartbeat:
             now = time.monotonic()
             for beat in beats:
                 silent = now - beat.last_ok
-                if silent > self.ttl and not self._stopped.is_set():
+                if unreached_too_long(beat.last_ok, now, self.ttl) and not self._stopped.is_set():
                     self.remove(beat.index, beat.connection)
                     log.error("stack %s: no heartbeat reached node %d for %.0fs (ttl %gs): it has "
                               "stopped itself", self.stack, beat.index, silent, self.ttl)
@@ -113,7 +108,8 @@ class Heartbeat:
             if beat.sftp is None:
                 beat.sftp = beat.connection.client.open_sftp()
                 beat.sftp.get_channel().settimeout(beat_timeout(self.ttl))
-            _touch(beat.sftp, beat.path)
+            _write_beat(beat.sftp, beat.path, beat.count + 1)
+            beat.count += 1
         except Exception as exc:  # noqa: BLE001 - any failure is reported the same way
             _close(beat)
             beat.failures += 1
@@ -142,12 +138,11 @@ class Heartbeat:
         self._threads.shutdown(wait=False)
 
 
-def _touch(sftp: Any, path: str) -> None:
-    """Set ``path``'s modification time to now, creating it if the node has none yet."""
-    try:
-        sftp.utime(path, None)
-    except FileNotFoundError:
-        sftp.open(path, "a").close()
+def _write_beat(sftp: Any, path: str, count: int) -> None:
+    """Write beat ``count`` to ``path`` (created if the node has none yet). What the watchdog
+    sees is the change; the times the file gets are the node's own."""
+    with sftp.open(path, "w") as beat:
+        beat.write(f"beat {count}\n")
 
 
 def _close(beat: _Beat) -> None:

@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from skyward_iac.infra import home
+from skyward_iac.api.deadlines import warm_until
+from skyward_iac.infra import home, leases
 from skyward_iac.orchestration import warm
 from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.remote import ssh
@@ -52,7 +53,7 @@ def start_keeper(pool: warm.WarmPool, key: str, keep_warm: float, ttl: int,
         os.close(fd)
     assert keeper.stdin is not None
     keeper.stdin.write(json.dumps({
-        "pool": pool.to_json(), "key": key, "until": time.time() + keep_warm,
+        "pool": pool.to_json(), "key": key, "until": warm_until(time.time(), keep_warm),
         "keep_warm": keep_warm, "ttl": ttl, "ssh_timeout": ssh_timeout}).encode())
     keeper.stdin.close()
     return keeper
@@ -75,6 +76,14 @@ class Keeper:
         self.connections: list[Any] = []
 
     def run(self) -> None:
+        # Held on this machine while kept: gc here sees a live holder, not a dead owner.
+        held = leases.hold(self.pool.stack)
+        try:
+            self._keep()
+        finally:
+            leases.release(held)
+
+    def _keep(self) -> None:
         stack = self.pool.stack
         if self.ttl:
             self.heartbeat = Heartbeat(self.ttl, self._silent, stack)

@@ -1,10 +1,13 @@
 """The dead-man switch of a Local node: when the client's heartbeat stops for ``ttl`` seconds,
 the node shuts itself down (every process of its sandbox stopped, the sandbox removed).
 
-The client touches ``<workdir>/heartbeat`` over SFTP while the pool lives; a client that
-crashes, is killed or loses its network stops touching it. Cloud nodes run the same rule as a
-systemd service from cloud-init (``infra/programs/cloud_init.py``), where "shut down" means
-powering off an instance whose shutdown behaviour is terminate.
+The client writes ``<workdir>/heartbeat`` over SFTP while the pool lives; a client that
+crashes, is killed or loses its network stops writing it. The watchdog never reads a time
+from the file: every look it notes whether the file changed (inode, size, mtime, ctime) and,
+on this node's monotonic clock, when it last saw a change, so a client whose clock is off by
+any amount, either way, is judged by its beats alone (``api/deadlines.py``). Cloud nodes run
+the same rule as a systemd service from cloud-init (``infra/programs/cloud_init.py``), where
+"shut down" means powering off an instance whose shutdown behaviour is terminate.
 Run as ``python -m skyward_iac.remote.watchdog --heartbeat F --ttl S --sandbox DIR``.
 """
 
@@ -16,33 +19,25 @@ import os
 import time
 from pathlib import Path
 
+from skyward_iac.api.deadlines import (
+    observe_beat,
+    start_watch,
+    watch_interval,
+    watchdog_stop_reason,
+)
 from skyward_iac.processes import stop_sandbox
 
 log = logging.getLogger("skyward.watchdog")
 
 
-def silent_for(heartbeat: Path, now: float | None = None) -> float:
-    """Seconds since the last heartbeat (since the file's creation if it was never touched)."""
+def beat_state(heartbeat: Path) -> str | None:
+    """The heartbeat file's state as a token that changes with every write or stamp (None
+    without a file). Its times are compared with nothing, only with their last value."""
     try:
-        last = heartbeat.stat().st_mtime
+        info = heartbeat.stat()
     except FileNotFoundError:
-        return float("inf")
-    return (now if now is not None else time.time()) - last
-
-
-def check_interval(ttl: float) -> float:
-    """How often to look: a quarter of the ttl, between 0.5 and 15 seconds."""
-    return min(15.0, max(0.5, ttl / 4))
-
-
-def stop_reason(silence: float, ttl: float, age: float, max_lifetime: float | None) -> str | None:
-    """Why the node must stop now (no heartbeat for ``ttl``, or older than ``max_lifetime``),
-    or None while it may live on."""
-    if ttl and silence > ttl:
-        return f"no heartbeat for {silence:.0f}s (ttl {ttl:g}s)"
-    if max_lifetime and age > max_lifetime:
-        return f"it reached its max_lifetime of {max_lifetime:g}s"
-    return None
+        return None
+    return f"{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,16 +46,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ttl", type=float, required=True)
     parser.add_argument("--sandbox", type=Path, required=True)
     parser.add_argument("--max-lifetime", type=float, default=None)
+    parser.add_argument("--first-contact", type=float, default=0.0,
+                        help="silence allowed before the first beat (seconds; at least ttl)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    log.info("watchdog %s: shutting the node down after %gs without a heartbeat%s", os.getpid(),
-             args.ttl, f" or {args.max_lifetime:g}s after start" if args.max_lifetime else "")
+    log.info("watchdog %s: shutting the node down after %gs without a heartbeat (%gs before "
+             "the first)%s", os.getpid(), args.ttl, max(args.ttl, args.first_contact),
+             f" or {args.max_lifetime:g}s after start" if args.max_lifetime else "")
     started = time.monotonic()
-    interval = check_interval(min((x for x in (args.ttl, args.max_lifetime) if x), default=60.0))
+    watch = start_watch(beat_state(args.heartbeat), started)
+    interval = watch_interval(min((x for x in (args.ttl, args.max_lifetime) if x), default=60.0))
     while True:
         time.sleep(interval)
-        reason = stop_reason(silent_for(args.heartbeat), args.ttl, time.monotonic() - started,
-                             args.max_lifetime)
+        now = time.monotonic()
+        watch = observe_beat(watch, beat_state(args.heartbeat), now)
+        reason = watchdog_stop_reason(watch, now, started=started, ttl=args.ttl,
+                                      first_contact=args.first_contact,
+                                      max_lifetime=args.max_lifetime)
         if reason is not None:
             log.warning("%s: shutting the node down", reason)
             stop_sandbox(args.sandbox)

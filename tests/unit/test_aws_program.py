@@ -7,11 +7,7 @@ stack credentials and host keys come from their real dynamic providers.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pulumi.automation as auto
@@ -305,99 +301,3 @@ def test_watchdog_is_armed_with_the_spec_ttl() -> None:
     # Boot and bootstrap may take longer than a short ttl: the first contact gets the grace.
     assert FIRST_CONTACT_GRACE > 300 and f"FIRST_CONTACT={FIRST_CONTACT_GRACE}\n" in script
     assert "skyward-watchdog.service" in config["runcmd"][-1]
-
-
-def _run_watchdog(tmp_path: Path, heartbeat_age: float | None, seconds: float, **kw: Any) -> str:
-    """Run the real watchdog script with fake systemctl/logger; return what it asked for."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    fake = f'#!/bin/bash\necho "$(basename "$0") $*" >> {calls}\n'
-    (bin_dir / "logger").write_text(fake)
-    (bin_dir / "systemctl").write_text(fake + "kill $PPID\n")  # a real poweroff ends it too
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
-    heartbeat = tmp_path / "heartbeat"
-    if heartbeat_age is not None:
-        heartbeat.touch()
-        stamp = time.time() - heartbeat_age
-        os.utime(heartbeat, (stamp, stamp))
-    script = tmp_path / "watchdog"
-    script.write_text(watchdog_script(heartbeat=str(heartbeat), interval=0.1, **kw))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    process = subprocess.Popen(["bash", str(script)], env=env)
-    try:
-        process.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    return calls.read_text() if calls.exists() else ""
-
-
-def test_watchdog_powers_off_once_the_client_is_silent_for_ttl(tmp_path: Path) -> None:
-    calls = _run_watchdog(tmp_path, heartbeat_age=5, seconds=3, ttl=3, grace=3)
-    assert "systemctl poweroff" in calls and "no heartbeat for 3s" in calls
-
-
-def test_watchdog_without_any_heartbeat_counts_the_grace_from_boot(tmp_path: Path) -> None:
-    # Up for more than a second already: a 1 s first-contact grace has run out.
-    calls = _run_watchdog(tmp_path, heartbeat_age=None, seconds=3, ttl=1, grace=1)
-    assert "no heartbeat for 1s" in calls
-
-
-def test_watchdog_keeps_a_node_with_a_fresh_heartbeat(tmp_path: Path) -> None:
-    assert _run_watchdog(tmp_path, heartbeat_age=0, seconds=0.6, ttl=60, grace=60) == ""
-
-
-def test_watchdog_enforces_max_lifetime_whatever_the_heartbeat(tmp_path: Path) -> None:
-    # The machine has been up for more than a second, so a 1 s lifetime has already passed.
-    calls = _run_watchdog(tmp_path, heartbeat_age=0, seconds=3, ttl=60, grace=60, max_lifetime=1)
-    assert "max lifetime 1s reached" in calls and "systemctl poweroff" in calls
-
-
-def test_gce_watchdog_deletes_its_own_instance_before_powering_off(tmp_path: Path) -> None:
-    """The GCP fire path, run for real against a local server that speaks the metadata and
-    Compute API paths: the token from the metadata server goes with one DELETE of this very
-    instance, then the power-off (which also stays the fallback when the API says no)."""
-    import http.server
-    import threading
-
-    from skyward_iac.infra.programs.cloud_init import gce_self_delete
-
-    seen: list[tuple[str, str, str | None]] = []
-
-    class Fake(http.server.BaseHTTPRequestHandler):
-        answers = {"/md/instance/service-accounts/default/token":
-                   '{"access_token": "ya29.tok", "expires_in": 3599, "token_type": "Bearer"}',
-                   "/md/instance/name": "gcp-x-node-1", "/md/project/project-id": "proj",
-                   "/md/instance/zone": "projects/123/zones/us-central1-a"}
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            seen.append(("GET", self.path, self.headers.get("Metadata-Flavor")))
-            body = self.answers[self.path].encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_DELETE(self) -> None:  # noqa: N802
-            seen.append(("DELETE", self.path, self.headers.get("Authorization")))
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        calls = _run_watchdog(tmp_path, heartbeat_age=5, seconds=5, ttl=3, grace=3,
-                              before_stop=gce_self_delete(f"{base}/md", f"{base}/api"))
-    finally:
-        server.shutdown()
-    assert ("DELETE", "/api/projects/proj/zones/us-central1-a/instances/gcp-x-node-1",
-            "Bearer ya29.tok") in seen
-    assert all(flavor == "Google" for method, _, flavor in seen if method == "GET")
-    assert "deleting instance gcp-x-node-1" in calls and "systemctl poweroff" in calls
-    assert calls.index("deleting instance") < calls.index("systemctl poweroff")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra.gc import collect_reason, owner_gone, prune_reason
+from skyward_iac.api.deadlines import beat_interval, watch_interval
+from skyward_iac.infra.gc import DEAD, RUNNING, Look, collect_reason, owner_state, prune_reason
 from skyward_iac.infra.tags import StackRecord, decode_tags, encode_tags, process_started
 from skyward_iac.orchestration.compute import ending
-from skyward_iac.orchestration.heartbeat import beat_interval
-from skyward_iac.remote.watchdog import check_interval, silent_for
+from skyward_iac.remote.watchdog import beat_state
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -42,7 +42,7 @@ def dead(pid: int, started: str) -> bool:
     (StackRecord("x", {}, 3), dead, False),                        # not a skyward stack
 ])
 def test_collect_reason(rec: StackRecord, liveness, collect: bool) -> None:
-    reason = collect_reason(rec, NOW, "here", liveness)
+    reason = collect_reason(rec, Look(NOW, "here", liveness))
     assert (reason is not None) == collect
     if reason:
         assert "expired" in reason and "me@here" in reason
@@ -50,9 +50,10 @@ def test_collect_reason(rec: StackRecord, liveness, collect: bool) -> None:
 
 def test_a_reused_pid_is_not_the_owner() -> None:
     tags = {"host": "here", "pid": "42", "pid_started": "8"}
-    assert owner_gone(tags, "here", alive)
-    assert not owner_gone({**tags, "pid_started": "7"}, "here", alive)
-    assert owner_gone({"host": "here"}, "here", alive)  # no pid recorded
+    look = Look(NOW, "here", alive)
+    assert owner_state(StackRecord("s", tags, 1), look) == DEAD
+    assert owner_state(StackRecord("s", {**tags, "pid_started": "7"}, 1), look) == RUNNING
+    assert owner_state(StackRecord("s", {"host": "here"}, 1), look) == DEAD  # no pid recorded
 
 
 def test_this_process_start_time_is_known() -> None:
@@ -80,15 +81,22 @@ def test_tags_round_trip_and_keep_filterable_ones_separate() -> None:
 
 def test_heartbeat_and_watchdog_timing() -> None:
     assert beat_interval(600) == 30 and beat_interval(6) == 2 and beat_interval(1) == 0.5
-    assert check_interval(600) == 15 and check_interval(6) == 1.5
+    assert watch_interval(600) == 15 and watch_interval(6) == 1.5
 
 
-def test_silence_is_measured_from_the_heartbeat_file(tmp_path: Path) -> None:
+def test_every_beat_changes_the_heartbeat_state_whatever_time_it_carries(tmp_path: Path) -> None:
     beat = tmp_path / "heartbeat"
-    assert silent_for(beat) == float("inf")
-    beat.touch()
-    os.utime(beat, (time.time() - 50, time.time() - 50))
-    assert 49 < silent_for(beat) < 52
+    assert beat_state(beat) is None
+    beat.write_text("beat 1\n")
+    states = {beat_state(beat)}
+    for stamp in (time.time() - 120, time.time() - 120, time.time() + 120):
+        time.sleep(0.02)  # coarse kernel timestamps: the next stamp lands on a later tick
+        os.utime(beat, (stamp, stamp))  # the old client's stamp, even the same one twice
+        states.add(beat_state(beat))
+    time.sleep(0.02)
+    beat.write_text("beat 2\n")
+    states.add(beat_state(beat))
+    assert len(states) == 5
 
 
 def test_how_a_run_ended() -> None:
@@ -102,10 +110,9 @@ def test_a_warm_pool_is_left_to_its_keeper_until_its_warm_time_is_over() -> None
     tags = {"created_at": expired, "expires_at": expired, "host": "here", "pid": "1",
             "owner": "me@here"}
     later, earlier = "2026-11-22T13:00:00+00:00", "2026-11-22T11:30:00+00:00"
-    assert collect_reason(StackRecord("s", {**tags, "warm_until": later}, 3), NOW, "here",
-                          lambda pid, started: False) is None
-    assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), NOW, "here",
-                          lambda pid, started: False) is not None
+    look = Look(NOW, "here", lambda pid, started: False)
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": later}, 3), look) is None
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), look) is not None
 
 
 def test_orphan_sandboxes_are_those_of_this_backend_without_a_stack(tmp_path: Path) -> None:

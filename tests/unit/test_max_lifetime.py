@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import skyward_iac as sky
+from skyward_iac.api.deadlines import BeatWatch, watchdog_stop_reason
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.programs import common
 from skyward_iac.orchestration.plan import plan_pool
-from skyward_iac.remote.watchdog import stop_reason
 
 
 def test_the_option_reaches_the_stack_request() -> None:
@@ -35,5 +35,7 @@ def test_bad_lifetimes_are_refused(value: object) -> None:
 ])
 def test_the_watchdog_stops_for_silence_or_age(silence: float, ttl: float, age: float,
                                                cap: float | None, stops: str | None) -> None:
-    reason = stop_reason(silence, ttl, age, cap)
+    now = 10_000.0
+    watch = BeatWatch("beaten", now - silence, beaten=True)
+    reason = watchdog_stop_reason(watch, now, started=now - age, ttl=ttl, max_lifetime=cap)
     assert (reason is None) if stops is None else (stops in (reason or ""))

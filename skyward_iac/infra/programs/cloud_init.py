@@ -10,8 +10,10 @@ It does three things before the client first connects:
   deletes the instance; on GCP the watchdog first deletes its own instance through the
   Compute API (``gce_self_delete``: a stopped VM would keep its disk), then powers off.
 
-The client proves it is alive by touching ``HEARTBEAT_FILE`` on the node (over its SSH
-connection, or the agent on every frame); the watchdog reads that file's mtime.
+The client proves it is alive by writing ``HEARTBEAT_FILE`` on the node over its SSH
+connection. The watchdog reads no time from that file: it notes, on the node's own clock
+(``/proc/uptime``), when it last saw the file change, the rule of the Local provider's
+watchdog (``remote/watchdog.py``, ``api/deadlines.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ WATCHDOG_UNIT = "skyward-watchdog.service"
 FIRST_CONTACT_GRACE = 900
 #: How often the watchdog looks at the heartbeat, in seconds.
 WATCHDOG_INTERVAL = 15
+#: What the watchdog has seen, kept for a restarted watchdog (in /run: it lasts one boot, as
+#: /proc/uptime does).
+WATCHDOG_STATE = "/run/skyward-watchdog.state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +75,22 @@ def gce_self_delete(metadata: str = GCE_METADATA, api: str = GCE_COMPUTE_API) ->
 def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
                     grace: int = FIRST_CONTACT_GRACE, heartbeat: str = HEARTBEAT_FILE,
                     interval: float = WATCHDOG_INTERVAL, stop: str = POWER_OFF,
-                    before_stop: str = "") -> str:
+                    before_stop: str = "", state: str = WATCHDOG_STATE) -> str:
     """The dead-man switch: power off after ``ttl`` s without a heartbeat.
 
-    Before the first heartbeat the limit is ``max(ttl, grace)`` counted from boot. A
-    ``max_lifetime`` also powers the node off that many seconds after boot, whatever the
-    heartbeat says (the in-node half of the hard backstop). ``heartbeat`` and ``interval``
-    exist so tests can run the real script quickly; ``before_stop`` runs first when it
-    fires (GCP: ``gce_self_delete``), ``stop`` then powers off.
+    A beat is any change of the heartbeat file (inode, size, mtime, ctime); silence is counted
+    on this node's clock (``/proc/uptime``, in hundredths of a second) from when the watchdog
+    saw the last change, never from the times the file carries. Before the first beat the
+    limit is ``max(ttl, grace)``, counted from the watchdog's first start in this boot. A
+    ``max_lifetime`` also powers the node off that long after that start, whatever the
+    heartbeat says (the in-node half of the hard backstop). What it has seen is kept in
+    ``state``, so a restarted watchdog grants no fresh grace. ``heartbeat``, ``interval`` and
+    ``state`` exist so tests can run the real script quickly; ``before_stop`` runs first when
+    it fires (GCP: ``gce_self_delete``), ``stop`` then powers off.
     """
     if ttl <= 0:
         raise ValueError("ttl must be positive; a ttl of 0 means no watchdog at all")
+    fire = [*([f"    {before_stop}"] if before_stop else []), f"    {stop}"]
     lines = [
         "#!/bin/bash",
         "# skyward_iac dead-man switch: the node powers off when its client has gone silent.",
@@ -89,21 +99,33 @@ def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
         f"FIRST_CONTACT={max(int(ttl), int(grace))}",
         f"MAX_LIFETIME={int(max_lifetime) if max_lifetime else 0}",
         f"HEARTBEAT={shlex.quote(heartbeat)}",
-        # Boot time, not service start: a restarted watchdog must not grant a fresh grace.
-        "BOOT=$(( $(date +%s) - $(cut -d. -f1 /proc/uptime) ))",
+        f"STATE={shlex.quote(state)}",
+        "tick() { local up rest; read -r up rest < /proc/uptime; NOW=$(( 10#${up/./} )); }",
+        """look() { SEEN_NOW=$(stat -c '%i %s %y %z' "$HEARTBEAT" 2>/dev/null || echo none); }""",
+        ('save() { printf \'%s %s %s\\n%s\\n\' "$STARTED" "$CHANGED" "$BEATEN" "$SEEN" '
+         '> "$STATE.tmp" && mv -f "$STATE.tmp" "$STATE"; }'),
+        "tick",
+        '{ read -r STARTED CHANGED BEATEN && IFS= read -r SEEN; } 2>/dev/null < "$STATE"',
+        # No state, or a damaged one: start now (a damaged state must not stop the watchdog).
+        'if ! [[ "${STARTED:-x}${CHANGED:-x}${BEATEN:-x}" =~ ^[0-9]+$ && -n "${SEEN+set}" ]]; then',
+        "  look; STARTED=$NOW; CHANGED=$NOW; BEATEN=0; SEEN=$SEEN_NOW; save",
+        "fi",
         f"while sleep {interval:g}; do",
-        "  NOW=$(date +%s)",
-        '  if [ -e "$HEARTBEAT" ]; then LAST=$(stat -c %Y "$HEARTBEAT"); LIMIT=$TTL',
-        "  else LAST=$BOOT; LIMIT=$FIRST_CONTACT; fi",
-        '  if [ $(( NOW - LAST )) -ge "$LIMIT" ]; then',
-        '    logger -t skyward-watchdog "no heartbeat for ${LIMIT}s: powering off"',
-        *([f"    {before_stop}"] if before_stop else []),
-        f"    {stop}",
+        "  tick; look",
+        '  if [ "$SEEN_NOW" != "$SEEN" ]; then',
+        "    SEEN=$SEEN_NOW",
+        '    if [ "$SEEN" != none ]; then CHANGED=$NOW; BEATEN=1; fi',
+        "    save",
         "  fi",
-        '  if [ "$MAX_LIFETIME" -gt 0 ] && [ $(( NOW - BOOT )) -ge "$MAX_LIFETIME" ]; then',
+        '  if [ "$BEATEN" = 1 ]; then LIMIT=$TTL; else LIMIT=$FIRST_CONTACT; fi',
+        "  if [ $(( NOW - CHANGED )) -gt $(( LIMIT * 100 )) ]; then",
+        '    logger -t skyward-watchdog "no heartbeat for ${LIMIT}s: powering off"',
+        *fire,
+        "  fi",
+        ('  if [ "$MAX_LIFETIME" -gt 0 ] && '
+         '[ $(( NOW - STARTED )) -gt $(( MAX_LIFETIME * 100 )) ]; then'),
         '    logger -t skyward-watchdog "max lifetime ${MAX_LIFETIME}s reached: powering off"',
-        *([f"    {before_stop}"] if before_stop else []),
-        f"    {stop}",
+        *fire,
         "  fi",
         "done",
     ]
