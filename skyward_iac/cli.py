@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError, StackNotFoundError
-from skyward_iac.cli_commands import lifecycle, live, offers, preview
+from skyward_iac.cli_commands import lifecycle, live, offers, paths, preview
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -77,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Exit codes (docs/operations.md): 0 success, 1 error, 2 usage error (argparse's own),
     3 no such stack, 4 refused (``down`` of a stack whose owner still runs).
     """
+    paths.absolute_environment()  # before anything reads them or starts a child process
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))
@@ -86,6 +88,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SkywardError as exc:
         print(f"skyward-iac: {exc}", file=sys.stderr)
         return live.ERROR
+    except BrokenPipeError:
+        # The reader went away (`skyward-iac offers --json | head`): stop quietly, and point
+        # stdout at /dev/null so that the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return live.ERROR
+    except OSError as exc:  # a file named on the command line that cannot be written or read
+        print(f"skyward-iac: {exc}", file=sys.stderr)
+        return live.ERROR
+    except Exception as exc:
+        if (message := _engine_failure(exc)) is None:
+            raise
+        print(f"skyward-iac: {message}", file=sys.stderr)
+        return live.ERROR
+
+
+def _engine_failure(exc: Exception) -> str | None:
+    """What to say of an engine command's failure (None for any other exception)."""
+    from pulumi.automation.errors import CommandError
+
+    from skyward_iac.cli_commands.failures import engine_failure
+    from skyward_iac.infra import home
+
+    if not isinstance(exc, CommandError):
+        return None
+    return engine_failure(str(exc), home.backend_url())
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from typing import Any
 
+from skyward_iac.cli_commands.paths import path_arg
 from skyward_iac.cli_commands.spec_flags import (
     add_hardware_flags,
     check_hardware_flags,
@@ -13,6 +15,7 @@ from skyward_iac.cli_commands.spec_flags import (
     positive,
     spec_from_args,
 )
+from skyward_iac.infra.planned import DEFAULT_PLAN_TTL
 from skyward_iac.infra.stack_config import PROVIDERS
 
 
@@ -34,14 +37,21 @@ def add_parser(commands: Any) -> None:
     planner = commands.add_parser(
         "plan", help="create a pool's stack and save a reviewed plan of it (--out FILE)",
         description="Create the stack a pool would get, preview it with an update plan "
-                    "(pulumi preview --save-plan) and write the plan file. A pool started with "
-                    "sky.Options(plan=FILE) brings up exactly that stack (pulumi up --plan) and "
-                    "is refused if it asks for anything else.")
+                    "(pulumi preview --save-plan) and write the plan file, sealed by the digest "
+                    "it prints. `skyward-iac apply FILE --approved DIGEST` (or a pool started "
+                    "with sky.Options(plan=FILE)) brings up exactly that stack, once (pulumi up "
+                    "--plan); an edited file, or a pool that asks for anything else, is "
+                    "refused. An unapplied plan expires after --plan-ttl.")
     source = planner.add_mutually_exclusive_group(required=True)
     source.add_argument("--provider", choices=PROVIDERS)
     source.add_argument("--pool", metavar="NAME", help="a [pools.NAME] of skyward.toml")
     _spec_flags(planner)
-    planner.add_argument("--out", required=True, metavar="FILE", help="where to write the plan")
+    planner.add_argument("--out", required=True, metavar="FILE", type=path_arg,
+                         help="where to write the plan")
+    planner.add_argument("--plan-ttl", type=positive(float), default=DEFAULT_PLAN_TTL,
+                         metavar="SECONDS",
+                         help="how long the plan may wait for its apply; then it expires and "
+                              f"gc removes its stack (default {DEFAULT_PLAN_TTL})")
     planner.add_argument("--max-lifetime", type=positive(int), metavar="SECONDS",
                          help="Options(max_lifetime) of the pool that will apply it")
     planner.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
@@ -49,11 +59,14 @@ def add_parser(commands: Any) -> None:
     planner.set_defaults(run=run_plan, parser=planner)
     applier = commands.add_parser(
         "apply", help="bring a reviewed plan's pool up and keep it warm for its user",
-        description="Bring up the stack of a plan made by `skyward-iac plan` (pulumi up --plan; "
-                    "refused if the pool differs from the reviewed one), bootstrap its nodes "
-                    "and leave them warm: the next sky.Compute with the same spec adopts them "
-                    "in a fraction of a second. Unclaimed, they are destroyed after --keep-warm.")
-    applier.add_argument("plan", help="the plan file")
+        description="Bring up the stack of a plan made by `skyward-iac plan` (pulumi up --plan), "
+                    "bootstrap its nodes and leave them warm: the next sky.Compute with the same "
+                    "spec adopts them in a fraction of a second. Unclaimed, they are destroyed "
+                    "after --keep-warm. Refused before anything is created when the file's "
+                    "digest is not --approved, the plan expired or was applied already.")
+    applier.add_argument("plan", type=path_arg, help="the plan file")
+    applier.add_argument("--approved", required=True, metavar="DIGEST",
+                         help="the digest the reviewer approved (`skyward-iac plan` printed it)")
     applier.add_argument("--keep-warm", type=positive(float), default=900.0, metavar="SECONDS",
                          help="how long the pool waits for its user (default 900)")
     applier.set_defaults(run=run_apply, parser=applier)
@@ -119,8 +132,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Create the pool's stack, preview it with an update plan, write the plan file."""
-    from pathlib import Path
-
     from skyward_iac.api.spec import Options
     from skyward_iac.orchestration.preview import save_reviewed_plan
 
@@ -129,19 +140,20 @@ def run_plan(args: argparse.Namespace) -> int:
         args.parser.error(f"--tag takes KEY=VALUE, got {bad[0]!r}")
     options = Options(max_lifetime=args.max_lifetime, tags=tags)
     if args.pool:
-        planned, reviewed = save_reviewed_plan((), args.pool, options, {}, Path(args.out),
-                                               {"pool": args.pool})
+        planned, reviewed = save_reviewed_plan((), args.pool, options, {}, args.out,
+                                               {"pool": args.pool}, args.plan_ttl)
     else:
         settings = _settings(args)
         planned, reviewed = save_reviewed_plan(
-            (spec_from_args(args.provider, settings),), None, options, {}, Path(args.out),
-            {"provider": args.provider, "settings": settings})
+            (spec_from_args(args.provider, settings),), None, options, {}, args.out,
+            {"provider": args.provider, "settings": settings}, args.plan_ttl)
     print(planned.text.rstrip() + "\n")
     print(f"stack {reviewed.stack}: planned changes ({_counts(planned.changes)}), "
           f"estimated ${reviewed.usd_per_hour:.4f}/h")
-    print(f"plan written to {args.out}; apply it with "
-          f"sky.Compute(..., options=sky.Options(plan={args.out!r})), or bring it up warm "
-          f"for the next equal pool with `skyward-iac apply {args.out}`")
+    print(f"plan written to {reviewed.path}, expires {reviewed.expires_at} unapplied")
+    print(f"digest {reviewed.digest}")
+    print(f"apply it, once, with: skyward-iac apply {shlex.quote(str(reviewed.path))} "
+          f"--approved {reviewed.digest}")
     return 0
 
 
@@ -153,11 +165,12 @@ def run_apply(args: argparse.Namespace) -> int:
     from skyward_iac.orchestration.compute import Compute
     from skyward_iac.orchestration.reviewed import load
 
-    saved = load(args.plan)
+    # The seal first: an edited or unapproved file stops here, before anything is created.
+    saved = load(args.plan, approved=args.approved)
     facts, source = saved.facts, saved.source
-    options = Options(plan=args.plan, keep_warm=args.keep_warm, tags=facts.get("tags") or {},
-                      max_lifetime=facts.get("max_lifetime"), console="log",
-                      cluster=None if facts.get("collections", True) else False)
+    options = Options(plan=str(args.plan), keep_warm=args.keep_warm,
+                      tags=facts.get("tags") or {}, max_lifetime=facts.get("max_lifetime"),
+                      console="log", cluster=None if facts.get("collections", True) else False)
     if "pool" in source:
         compute = Compute(name=source["pool"], options=options)
     elif "provider" in source:
@@ -166,10 +179,15 @@ def run_apply(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"{args.plan} does not say what pool it was made for; apply it "
                           "with sky.Compute(..., options=sky.Options(plan=...))")
+    # The pool read the file again: it must be the very plan approved (not one swapped in).
+    if getattr(compute.plan.reviewed, "digest", None) != saved.digest:
+        raise ConfigError(f"{args.plan} changed while it was being applied; nothing was "
+                          "created")
     with compute as pool:
         nodes = pool.current_nodes()
-    print(f"{saved.stack}: {nodes} node(s) up under the reviewed plan, kept warm "
-          f"{args.keep_warm:g} s for the next equal sky.Compute (`skyward-iac ls` shows it)")
+    print(f"{saved.stack}: {nodes} node(s) up under the reviewed plan {saved.digest}, kept "
+          f"warm {args.keep_warm:g} s for the next equal sky.Compute (`skyward-iac ls` shows "
+          "it)")
     return 0
 
 

@@ -113,7 +113,9 @@ class PoolLifecycle:
         self._teardown.add("console", acquire_console(plan.options.console, self.events))
         self._teardown.add("destroy", self._destroy_or_keep)
         try:
-            claim = warm.claim(plan.warm_key)
+            # A reviewed plan brings up its own stack, once: adopting another warm pool would
+            # run what nobody reviewed, and its own warm pool is the plan applied already.
+            claim = None if plan.reviewed is not None else warm.claim(plan.warm_key)
             if claim is None or not self._adopt(claim):
                 self._provision()
             self._run()

@@ -14,7 +14,7 @@ from typing import Any
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import Options, Spec
-from skyward_iac.infra import engine
+from skyward_iac.infra import engine, planned
 from skyward_iac.infra.offers import Choice
 from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.stack import ClusterStack, Plan
@@ -63,19 +63,31 @@ class Preview:
 
 def save_reviewed_plan(specs: tuple[Spec, ...], name: str | None, options: Options,
                        fields: dict[str, Any], out: Path,
-                       source: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """``skyward-iac plan``: create the pool's stack (kept, empty) and write its reviewed plan
-    to ``out``. Returns (the previewed changes, the ``ReviewedPlan``)."""
+                       source: dict[str, Any] | None = None,
+                       plan_ttl: float = planned.DEFAULT_PLAN_TTL) -> tuple[Any, Any]:
+    """``skyward-iac plan``: create the pool's stack (kept, empty, until the plan is applied
+    or ``plan_ttl`` seconds passed) and write its sealed plan to ``out``. Returns (the
+    previewed changes, the ``ReviewedPlan``); on any failure no stack stays behind."""
+    out = out.expanduser().absolute()  # the engine writes and reads in a directory of its own
+    if out.is_dir() or not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: not a file in an existing directory")
     plan = plan_pool(specs, name, options, fields)
     engine.find_engine()
     require_plugin(plan.provider)
+    assert plan.request.created_at is not None
+    expires = planned.plan_expires(plan.request.created_at, plan_ttl)
     tags = stack_tags(plan.spec, plan.bounds.desired, usd_per_hour=plan.usd_per_hour(
         plan.request), user_tags=options.tags)
-    stack = ClusterStack.create(plan.request, {**tags, "planned_to": str(out)})
+    stack = ClusterStack.create(plan.request, {**tags, planned.PLANNED_TO: str(out),
+                                               planned.PLAN_EXPIRES: expires})
     try:
-        return reviewed.save(plan, stack, out, source or {})
-    except BaseException:
-        stack.remove()
+        return reviewed.save(plan, stack, out, source or {}, expires)
+    except BaseException as exc:
+        try:
+            stack.remove()
+        except Exception as cleanup:  # noqa: BLE001 - the first error is the one to report
+            exc.add_note(f"the planned stack {plan.stack_name} stayed behind ({cleanup}); "
+                         "`skyward-iac gc` removes it once the plan expires")
         raise
 
 

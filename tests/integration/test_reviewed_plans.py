@@ -12,6 +12,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.cli import main
 from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.orchestration import plan_file
 
 
 @sky.function
@@ -29,7 +30,8 @@ def test_plan_then_apply_then_refuse_a_changed_spec(tmp_path: Path,
     stack = saved["stack"]
     assert f"stack {stack}: planned changes (" in printed and "$0.0000/h" in printed
     assert "+ " in printed or "create" in printed  # the engine's diff is shown to the reviewer
-    planned = {(r["type"], r["name"]) for r in saved["resources"] if r["op"] == "create"}
+    planned = {(r["type"], name) for name, r in saved["resources"].items()
+               if r["op"] == "create"}
     assert ("pulumi-python:dynamic/skyward:LocalNode", "node-1") in planned
     assert ClusterStack.select(stack).resource_count() == 0  # planned, nothing created yet
 
@@ -51,10 +53,10 @@ def test_plan_then_apply_then_refuse_a_changed_spec(tmp_path: Path,
         created = {(r["type"], r["urn"].rsplit("::", 1)[-1]) for r in exported
                    if not r["type"].startswith("pulumi:")}
         assert {(t, n) for t, n in created} == {(t, n) for t, n in planned}
-    assert ClusterStack.select(stack).tags()["reviewed_plan"] == str(out)
+    assert ClusterStack.select(stack).tags()["reviewed_plan"] == saved["digest"]
 
     # A plan is applied once.
-    with pytest.raises(sky.ConfigError, match="was applied already|holds resources"):
+    with pytest.raises(sky.ConfigError, match="was applied already"):
         with sky.Compute(provider=sky.Local(), nodes=2, ttl=60,
                          options=sky.Options(plan=str(out), tags={"team": "ml"})):
             pass
@@ -69,7 +71,8 @@ def test_a_missing_plan_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_the_engine_holds_the_update_to_its_plan(tmp_path: Path) -> None:
     """Proof that the first ``up`` runs under the saved plan: with node-1 taken out of the
-    engine's plan, the engine refuses to create it, and the pool does not start."""
+    engine's plan (and the file sealed again, as if the reviewer had approved that), the
+    engine refuses to create it, and the pool does not start."""
     out = tmp_path / "plan.json"
     assert main(["plan", "--provider", "local", "--nodes", "2", "--ttl", "60",
                  "--out", str(out)]) == 0
@@ -78,6 +81,7 @@ def test_the_engine_holds_the_update_to_its_plan(tmp_path: Path) -> None:
     saved["engine_plan"]["resourcePlans"] = {urn: p for urn, p in plans.items()
                                              if not urn.endswith("::node-1")}
     assert len(saved["engine_plan"]["resourcePlans"]) == len(plans) - 1
+    saved["digest"] = plan_file.digest(saved)
     out.write_text(json.dumps(saved))
     with pytest.raises(sky.ProvisionError, match="node-1"):
         with sky.Compute(provider=sky.Local(), nodes=2, ttl=60,
@@ -93,7 +97,8 @@ def test_apply_brings_the_reviewed_pool_up_warm_for_its_user(tmp_path: Path) -> 
     assert main(["plan", "--provider", "local", "--nodes", "2", "--ttl", "60",
                  "--out", str(out)]) == 0
     stack = json.loads(out.read_text())["stack"]
-    assert main(["apply", str(out), "--keep-warm", "120"]) == 0
+    digest = json.loads(out.read_text())["digest"]
+    assert main(["apply", str(out), "--approved", digest, "--keep-warm", "120"]) == 0
     assert ClusterStack.select(stack).resource_count() >= 3  # up, kept warm
     with sky.Compute(provider=sky.Local(), nodes=2, ttl=60,
                      options=sky.Options(console=False)) as pool:
