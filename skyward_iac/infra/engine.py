@@ -1,8 +1,10 @@
 """Finding the Pulumi engine and the environment every Pulumi command runs with.
 
 skyward_iac never downloads the engine: ``scripts/setup`` (tools/pulumi/build.sh) builds it from
-Go modules into ``~/.skyward/pulumi/<version>/bin``; a ``pulumi`` on PATH of the same version or
-newer also works, and ``$SKYWARD_PULUMI_ROOT`` names any other installation (``<root>/bin/pulumi``).
+Go modules into ``~/.skyward/pulumi/<version>/bin``, with a guard compiled into its gRPC package
+that refuses every call from another local user (``GUARD_STAMP`` beside the binary says so).
+``$SKYWARD_PULUMI_ROOT`` names another such build (``<root>/bin/pulumi``); a ``pulumi`` on PATH
+is used only when it has the stamp too: a stock engine serves any local user on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ LAUNCHER = "pulumi-resource-pulumi-python"
 #: The line that marks the current launcher (tools/pulumi/pulumi-resource-pulumi-python): it
 #: runs providers through ``infra.provider_host``; an older one would run them unguarded.
 LAUNCHER_MARK = "skyward-launcher: 2"
+#: Written beside the binary by tools/pulumi/build.sh when the engine is built with its gRPC
+#: servers guarded (tools/pulumi/same_user_grpc.go.overlay).
+GUARD_STAMP = "pulumi.guard"
 
 
 def sdk_version() -> str:
@@ -75,8 +80,10 @@ def find_engine() -> Engine:
     tried = []
     for binary in candidates:
         version = _version_of(binary) if binary.is_file() else None
-        tried.append(f"{binary} ({version or 'missing'})")
-        if version and _at_least(version, wanted):
+        guarded = (binary.parent / GUARD_STAMP).is_file()
+        tried.append(f"{binary} ({version or 'missing'}"
+                     f"{'' if guarded or not version else ', not built with the same-user guard'})")
+        if version and guarded and _at_least(version, wanted):
             launcher_dir = binary.parent if (binary.parent / LAUNCHER).is_file() else cache
             launcher = launcher_dir / LAUNCHER
             if not launcher.is_file():
@@ -92,7 +99,8 @@ def find_engine() -> Engine:
                 )
             return Engine(binary.parent.parent, version, launcher_dir)
     raise EngineNotFoundError(
-        f"no Pulumi engine >= {wanted} found (tried: {', '.join(tried)}).\n"
+        f"no Pulumi engine >= {wanted} built with skyward_iac's same-user guard found "
+        f"(tried: {', '.join(tried)}).\n"
         "Install it with `scripts/setup` from the skyward_iac checkout, or build just the engine "
         "with `bash tools/pulumi/build.sh` (needs Go >= 1.25 and the Go module proxy), or set "
         "SKYWARD_PULUMI_ROOT to a directory whose bin/ holds pulumi of that version."

@@ -3,8 +3,9 @@
 Usage: python grpc_attacker.py PORTS_FILE PROGRAM_DIR. Watches PORTS_FILE, one port a line,
 until a line says ``end``; on each new port it tries what an attacker would: a
 ``LanguageRuntime.Run`` of the program in PROGRAM_DIR (whose ``__main__.py`` leaves a marker),
-pointed at a resource monitor of the attacker's own, and a forged engine event on
-``Events.StreamEvents``. Prints ``PORT CALL REFUSED <code>`` or ``PORT CALL ACCEPTED`` for each.
+pointed at a resource monitor of the attacker's own; a forged engine event on
+``Events.StreamEvents``; a ``ResourceMonitor.SupportsFeature`` (the call before registering
+resources in someone's stack); a forged ``Engine.Log`` line. Prints ``PORT CALL REFUSED <code>`` or ``PORT CALL ACCEPTED`` for each.
 """
 
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import grpc
 from google.protobuf import empty_pb2
 from pulumi.runtime.proto import (
+    engine_pb2,
     engine_pb2_grpc,
     events_pb2,
     events_pb2_grpc,
@@ -73,15 +75,26 @@ def events(channel: grpc.Channel, program: str) -> None:
     events_pb2_grpc.EventsStub(channel).StreamEvents(iter([event]), timeout=20)
 
 
+def monitor_call(channel: grpc.Channel, program: str) -> None:
+    resource_pb2_grpc.ResourceMonitorStub(channel).SupportsFeature(
+        resource_pb2.SupportsFeatureRequest(id="secrets"), timeout=20)
+
+
+def log(channel: grpc.Channel, program: str) -> None:
+    engine_pb2_grpc.EngineStub(channel).Log(
+        engine_pb2.LogRequest(severity=engine_pb2.ERROR, message="forged by another user"),
+        timeout=20)
+
+
 def attack(port: int, program: str) -> None:
-    for call in (run, events):
+    for call in (run, events, monitor_call, log):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             try:
                 call(channel, program)
             except grpc.RpcError as exc:
-                print(f"{port} {call.__name__} REFUSED {exc.code().name}", flush=True)
+                print(f"{port} {call.__name__.removesuffix('_call')} REFUSED {exc.code().name}", flush=True)
                 continue
-        print(f"{port} {call.__name__} ACCEPTED", flush=True)
+        print(f"{port} {call.__name__.removesuffix('_call')} ACCEPTED", flush=True)
 
 
 def main() -> None:

@@ -2,9 +2,11 @@
 
 Each test runs a real server the way a user's command runs it and makes user ``nobody`` call
 it as an attacker would (``grpc_attacker.py``): the language host that ``pulumi preview`` of a
-stacks/ project starts, and the Automation API's inline-program and engine-events servers that
-every pool's ``up`` and ``destroy`` start in the client. The dynamic provider host has its own
-test in test_engine_safety.py.
+stacks/ project starts; the Automation API's inline-program and engine-events servers that
+every pool's ``up`` and ``destroy`` start in the client; the engine's own servers (resource
+monitor, engine host), guarded by the file compiled into its gRPC package
+(tools/pulumi/same_user_grpc.go.overlay). The dynamic provider host has its own test in
+test_engine_safety.py.
 """
 
 from __future__ import annotations
@@ -97,17 +99,34 @@ def test_the_language_host_runs_no_program_for_another_user(arena: Arena) -> Non
         host.wait()
 
 
-def test_a_pools_automation_servers_refuse_another_user(arena: Arena) -> None:
+def engine_processes(parent: int) -> list[int]:
+    """The Pulumi engines that process ``parent`` runs now."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc.name.isdigit()
+                    and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+                    and (proc / "cmdline").read_bytes().split(b"\0")[0].endswith(b"/pulumi")):
+                found.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def test_a_pools_servers_refuse_another_user(arena: Arena) -> None:
     attacker = arena.attacker()
-    offered: set[int] = set()
+    offered: dict[int, str] = {}
     stop = threading.Event()
 
     def offer_new_ports() -> None:
-        # The inline program's and the events' servers live only while an engine command runs.
+        # These servers live only while an engine command runs.
         while not stop.is_set():
-            for port in listening_ports(os.getpid()) - offered:
-                offered.add(port)
-                arena.offer(port)
+            owners = {os.getpid(): "client", **dict.fromkeys(engine_processes(os.getpid()),
+                                                             "engine")}
+            for pid, owner in owners.items():
+                for port in listening_ports(pid) - offered.keys():
+                    offered[port] = owner
+                    arena.offer(port)
             time.sleep(0.002)
 
     spotter = threading.Thread(target=offer_new_ports)
@@ -119,9 +138,12 @@ def test_a_pools_automation_servers_refuse_another_user(arena: Arena) -> None:
         stop.set()
         spotter.join()
     lines = arena.finish(attacker)
-    assert offered, "no server of this process was seen during up and destroy"
+    assert set(offered.values()) == {"client", "engine"}, offered
     assert not [line for line in lines if "ACCEPTED" in line], lines
-    refused = {line.split()[1] for line in lines if line.endswith("REFUSED PERMISSION_DENIED")}
-    # Both kinds were reached and refused by the guard: the program runner and the events sink.
-    assert refused == {"run", "events"}, lines
+    refused = {(offered[int(line.split()[0])], line.split()[1]) for line in lines
+               if line.endswith("REFUSED PERMISSION_DENIED")}
+    # Every kind was reached and refused by a guard: the client's program runner and events
+    # sink, the engine's resource monitor and its log sink.
+    assert refused == {("client", "run"), ("client", "events"),
+                       ("engine", "monitor"), ("engine", "log")}, lines
     assert not arena.marker.exists()

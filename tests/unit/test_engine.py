@@ -15,6 +15,30 @@ def test_found_engine_matches_the_sdk_version() -> None:
     found = engine.find_engine()
     assert found.version == engine.sdk_version()
     assert (found.launcher_dir / engine.LAUNCHER).is_file()
+    assert (found.binary.parent / engine.GUARD_STAMP).is_file()
+
+
+def test_an_engine_built_without_the_same_user_guard_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real binary of the right version, but not stamped as built with the guard: a
+    # stock engine, whose gRPC servers answer every local user.
+    stock = tmp_path / "stock" / "bin"
+    stock.mkdir(parents=True)
+    real = engine.find_engine()
+    (stock / "pulumi").symlink_to(real.binary)
+    (stock / engine.LAUNCHER).write_text((real.launcher_dir / engine.LAUNCHER).read_text())
+    monkeypatch.setenv("SKYWARD_PULUMI_ROOT", str(stock.parent))
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", f"{stock}:/usr/bin:/bin")
+    engine.find_engine.cache_clear()
+    try:
+        with pytest.raises(EngineNotFoundError, match="not built with the same-user guard"):
+            engine.find_engine()
+        (stock / engine.GUARD_STAMP).write_text("stamp\n")
+        engine.find_engine.cache_clear()
+        assert engine.find_engine().binary == stock / "pulumi"
+    finally:
+        engine.find_engine.cache_clear()
 
 
 def test_missing_engine_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
