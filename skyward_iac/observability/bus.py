@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward_iac.observability.events import Event, TaskCompleted, TaskQueued, TaskStarted
+from skyward_iac.observability.logging import SHOWN
 
 log = logging.getLogger("skyward.events")
 
@@ -137,6 +138,15 @@ class EventBus:
                 level = logging.WARNING if subscription.failures == 1 else logging.DEBUG
                 log.log(level, "event subscriber %r failed on %s", subscription,
                         type(event).__name__, exc_info=True)
+
+    def report(self, event: Event, logger: logging.Logger, level: int, message: str,
+               *args: Any) -> None:
+        """Emit ``event`` (a failure) and log ``message`` once where people look: when a
+        console shows the event, the record goes to the log file only (``logging.SHOWN``),
+        not echoed to stderr beside the console's own line; with no console it is echoed."""
+        shown = any(s.summary and s.wants(event) for s in self._subscriptions)
+        logger.log(level, message, *args, extra=SHOWN if shown else None)
+        self.emit(event)
 
     def __len__(self) -> int:
         return len(self._subscriptions)

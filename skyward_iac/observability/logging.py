@@ -29,6 +29,9 @@ from skyward_iac.observability.streams import write_lines
 LOGGERS = ("skyward", "skyward_iac")
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s"
 CONSOLE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: ``extra=SHOWN``: a record of something a console already shows as an event (a node that
+#: failed to start, a node lost): written to the log file, not echoed to stderr a second time.
+SHOWN = {"skyward_shown": True}
 
 # ---- redaction --------------------------------------------------------------------------
 
@@ -146,6 +149,7 @@ def _configure(config: LogConfig | bool, stream: TextIO | None) -> ConfiguredLog
     if config.console:
         echo = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
         echo.setLevel(max(config.levelno, logging.WARNING))
+        echo.addFilter(lambda record: not getattr(record, "skyward_shown", False))
         echo.setFormatter(_TimeOfDayFormatter(CONSOLE_FORMAT))
         handlers.append(echo)
     for name in LOGGERS:

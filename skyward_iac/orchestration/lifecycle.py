@@ -228,7 +228,7 @@ class PoolLifecycle:
         launch = self.nodes.launch(options.ssh_timeout or 30.0, options.ssh_retry_interval or 1.0,
                                    plan.node_plugins)
         self.reconciler = Reconciler(plan, self.stack, self.membership, self.dispatcher, launch,
-                                     self.events.emit, self.nodes.gone)
+                                     self.events, self.nodes.gone)
         self.reconciler.on_applied = self._applied
         self._teardown.add("stack updates", self._reconciler_stop)
 

@@ -260,11 +260,21 @@ class Membership:
                 ready = sum(1 for m in members if m.phase is Phase.READY)
                 if ready >= count:
                     return True
-                failed = sum(1 for m in members if m.failures and m.phase is not Phase.READY)
                 left = deadline - time.monotonic()
-                if self.stopped or len(self._members) - failed < count or left <= 0:
+                if self.stopped or not self._reachable(count) or left <= 0:
                     return False
                 self._cond.wait(min(1.0, left))
+
+    def can_reach(self, count: int) -> bool:
+        """Whether ``count`` nodes may still be ready without a node that failed to start
+        (what ``wait_ready`` waits for: a pool's first start gives up on any failure)."""
+        with self._cond:
+            return self._reachable(count)
+
+    def _reachable(self, count: int) -> bool:
+        failed = sum(1 for m in self._members.values()
+                     if m.failures and m.phase is not Phase.READY)
+        return len(self._members) - failed >= count
 
     def wait_settled(self, timeout: float) -> bool:
         """Wait until the stack declares the desired count and every node is ready or given

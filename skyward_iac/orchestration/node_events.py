@@ -91,9 +91,9 @@ class NodeEvents:
         self.dispatcher.lost(index, lost, reason)
         if node is None:
             return
-        log.warning("stack %s: node %d out of service (%s); replacing it", self.stack, index,
-                    reason)
-        self.events.emit(InstancePreempted(stack=self.stack, node=index, reason=reason))
+        self.events.report(InstancePreempted(stack=self.stack, node=index, reason=reason), log,
+                           logging.WARNING, "stack %s: node %d out of service (%s); replacing it",
+                           self.stack, index, reason)
         threading.Thread(target=self._fence, args=(node,), name=f"fence-node-{index}",
                          daemon=True).start()
 

@@ -29,6 +29,7 @@ from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.provider_plugins import require_plugin
 from skyward_iac.infra.spot_fallback import up_with_spot_fallback
 from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.engine_events import EngineEventTranslator
 from skyward_iac.observability.events import (
     Error,
@@ -56,14 +57,15 @@ class Reconciler:
     thread (the first ``up``, so Ctrl+C reaches it); ``start()`` runs the rest in a thread."""
 
     def __init__(self, plan: PoolPlan, stack: ClusterStack, membership: Membership,
-                 dispatcher: Dispatcher, launch: NodeLaunch, emit: Callable[[Event], Any],
+                 dispatcher: Dispatcher, launch: NodeLaunch, events: EventBus,
                  on_node_gone: Callable[[int, Any], Any] | None = None) -> None:
         self.plan = plan
         self.stack = stack
         self.membership = membership
         self.dispatcher = dispatcher
         self.launch = launch
-        self.emit = emit
+        self.events = events
+        self.emit: Callable[[Event], Any] = events.emit
         #: Called with (index, connection) when a node leaves for good (stop its heartbeat).
         self.on_node_gone = on_node_gone
         #: Called with the request each stack update put in force (its size, its fallbacks).
@@ -115,9 +117,11 @@ class Reconciler:
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
                 failures += 1
-                log.error("stack %s: converging failed (attempt %d): %s", self.plan.stack_name,
-                          failures, exc)
-                self.emit(Error(stack=self.plan.stack_name, message=f"converging failed: {exc}"))
+                self.events.report(
+                    Error(stack=self.plan.stack_name,
+                          message=f"converging failed (attempt {failures}): {exc}"),
+                    log, logging.ERROR, "stack %s: converging failed (attempt %d): %s",
+                    self.plan.stack_name, failures, exc)
 
     def _backoff(self, failures: int) -> float:
         delay = self.plan.options.provision_retry_delay or 2.0
@@ -234,10 +238,15 @@ class Reconciler:
         infos = self.plan.instance_infos(outputs)
         collections = node_config(outputs, self.plan.run_id)
         for node in self.membership.in_service():
+            if self.membership.stopped:
+                return  # the pool is closing (its nodes close before a running update ends)
             if node.index in infos:
                 try:
                     node.configure(infos[node.index], collections)
-                except OSError as exc:  # its reader reports it lost; it gets replaced
+                except OSError as exc:
+                    if self.membership.stopped:
+                        return  # closed under us by the pool's close: nothing is wrong
+                    # Its reader reports it lost; it gets replaced.
                     log.warning("node %d missed the new peer list: %s", node.index, exc)
 
     def _start(self, index: int, outputs: ClusterOutputs) -> None:
@@ -259,9 +268,18 @@ class Reconciler:
                 index, f"{type(exc).__name__}: {exc}",
                 self.plan.options.provision_retry_delay or 2.0,
                 self.plan.options.max_provision_attempts or 3)
-            log.error("stack %s: node %d failed to start%s: %s", name, index,
-                      "; giving up on it" if gave_up else "; it will be recreated", exc)
-            self.emit(Error(stack=name, node=index, message=f"node {index} failed to start: {exc}"))
+            if self._thread is None and not self.membership.can_reach(self.plan.bounds.ready_at):
+                # The pool is starting and cannot any more: its start fails with this error,
+                # reported there (FATAL) and raised; "it will be recreated" would be untrue.
+                log.info("stack %s: node %d failed to start, so the pool cannot: %s", name,
+                         index, exc)
+                return
+            what = "giving up on it" if gave_up else "it will be recreated"
+            self.events.report(
+                Error(stack=name, node=index, message=f"node {index} failed to start ({what}): "
+                                                      f"{exc}"),
+                log, logging.ERROR, "stack %s: node %d failed to start (%s): %s", name, index,
+                what, exc)
             return
         if not self.membership.joined(index, node):
             self._close(node)  # no longer wanted (shrunk, or the pool is closing)
@@ -307,7 +325,7 @@ class Reconciler:
         return self.stack.tags().get("down_by") or None
 
     def _taken_down(self, reason: str) -> None:
-        log.error("stack %s: %s", self.plan.stack_name, reason)
-        self.emit(Error(stack=self.plan.stack_name, message=reason, fatal=True))
+        self.events.report(Error(stack=self.plan.stack_name, message=reason, fatal=True), log,
+                           logging.ERROR, "stack %s: %s", self.plan.stack_name, reason)
         self.membership.stop(reason)
         self.dispatcher.close(reason)

@@ -195,13 +195,22 @@ def test_bootstrap_steps_are_reported_as_they_run(
     assert [e.node for e in events if isinstance(e, InstanceBootstrapped)] == [0]
 
 
-def test_a_failing_step_names_itself_and_the_stack_is_destroyed() -> None:
+def test_a_failing_step_names_itself_and_the_stack_is_destroyed(
+        capfd: pytest.CaptureFixture[str]) -> None:
     events: list[Event] = []
     image = sky.Image(shell_vars={
         "BROKEN": "echo detail-line-1 >&2; echo detail-line-2 >&2; exit 7"})
-    compute = sky.Compute(provider=sky.Local(), nodes=1, image=image, on_event=events.append)
+    compute = sky.Compute(provider=sky.Local(), nodes=1, image=image, on_event=events.append,
+                          options=sky.Options(console="log"))
     with pytest.raises(sky.BootstrapError) as caught:
         contextvars.Context().run(compute.__enter__)
+    # Issue 29 item 9: the failure is told once (it was "it will be recreated", then the
+    # same again as an ERROR, then FATAL), besides the failed step's progress line.
+    printed = capfd.readouterr().err
+    assert printed.count("failed at step 'shell vars'") == 1, printed
+    assert "will be recreated" not in printed and "ERROR" not in printed, printed
+    errors = [e for e in events if isinstance(e, sky.Error)]
+    assert len(errors) == 1 and errors[0].fatal, errors
     message = str(caught.value)
     assert "step 'shell vars'" in message
     assert "BROKEN=$(echo detail-line-1" in message  # the command

@@ -4,6 +4,9 @@ pool cannot take is an error, never silence."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
 import skyward_iac as sky
@@ -61,3 +64,33 @@ def test_an_elastic_pool_takes_new_bounds_and_refuses_a_count_outside_them() -> 
             pool.resize(0)
         with pytest.raises(sky.ConfigError):
             pool.resize("2")  # type: ignore[arg-type]
+
+
+def test_closing_a_pool_while_it_grows_logs_no_warning(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29 item 9: a normal shutdown during a stack update logged "WARNING ... node 0
+    missed the new peer list: Socket is closed" (the nodes close before the update ends)."""
+    import threading
+
+    seen: list[sky.Event] = []
+    compute = sky.Compute(provider=sky.Local(), nodes=1, options=sky.Options(console=False),
+                          on_event=seen.append)
+    with compute as pool:
+        grow = threading.Thread(target=lambda: _quietly(pool.resize, 2), daemon=True)
+        grow.start()
+        deadline = time.monotonic() + 60
+        while not any(isinstance(e, sky.InstanceLaunched) and e.node == 1 for e in seen):
+            assert time.monotonic() < deadline, "the resize never reached the engine"
+            time.sleep(0.02)
+        capfd.readouterr()
+    grow.join(60)
+    err = capfd.readouterr().err
+    assert "missed the new peer list" not in err, err
+    assert "WARNING" not in err and "ERROR" not in err, err
+
+
+def _quietly(step: Any, *args: Any) -> None:
+    try:
+        step(*args)
+    except sky.SkywardError:
+        pass  # the pool closed under the resize, as the test means it to

@@ -7,6 +7,7 @@ import logging
 import pickle
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -371,3 +372,31 @@ def test_translator_on_a_real_engine(tmp_path: Any) -> None:
     assert updated.changes == {"create": 2} and destroyed.deleted == 2
     assert {e.address for e in got if isinstance(e, ev.InstanceProvisioned)} == {
         "127.0.0.2", "127.0.0.3"}
+
+
+def test_a_reported_failure_is_echoed_only_when_no_console_shows_it(tmp_path: Path) -> None:
+    """Issue 29 item 9: a failure was printed by the console (its event) and again by the log
+    echo on stderr. ``bus.report`` logs it once where people look; the file always has it."""
+    import io
+    import logging
+
+    from skyward_iac.api.log_config import LogConfig
+    from skyward_iac.observability.logging import configure_logging
+
+    stream = io.StringIO()
+    configured = configure_logging(LogConfig(file=str(tmp_path / "sky.log")), stream=stream)
+    try:
+        logger = logging.getLogger("skyward.test")
+        bus = EventBus()
+        bus.report(ev.Error(S, "first failure"), logger, logging.ERROR, "first %s", "failure")
+        shown: list[ev.Event] = []
+        bus.subscribe(shown.append, summary=True)  # what a console is
+        bus.report(ev.Error(S, "second failure"), logger, logging.ERROR, "second failure")
+        assert [e.message for e in shown] == ["second failure"]  # type: ignore[attr-defined]
+        echoed = stream.getvalue()
+        assert "first failure" in echoed and "second failure" not in echoed
+        assert configured.file is not None
+        written = configured.file.read_text()
+        assert "ERROR   skyward.test [" in written and "second failure" in written
+    finally:
+        configure_logging(False)

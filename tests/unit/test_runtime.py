@@ -151,7 +151,8 @@ def test_a_bad_only_is_refused_at_decoration(decorator: Any, only: object,
 def test_output_decorators_misused_say_how_to_write_them() -> None:
     def task() -> None: ...
 
-    with pytest.raises(sky.ConfigError, match=r"decorator factory: write @sky.stdout\(only=\"head\"\)"):
+    factory = r"decorator factory: write @sky.stdout\(only=\"head\"\)"
+    with pytest.raises(sky.ConfigError, match=factory):
         sky.stdout(task)  # type: ignore[call-arg]
     with pytest.raises(sky.ConfigError, match=r"takes only= by name"):
         sky.stderr("head")  # type: ignore[call-arg]
