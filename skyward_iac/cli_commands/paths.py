@@ -15,8 +15,8 @@ PATH_VARIABLES = ("SKYWARD_HOME", "SKYWARD_POLICY", "SKYWARD_PULUMI_ROOT")
 
 def path_arg(text: str) -> Path:
     """An argparse type: ``text`` as an absolute path (``~`` expanded), relative to the
-    working directory of the command."""
-    return Path(text).expanduser().absolute()
+    working directory of the command (``..`` folded, symlinks kept)."""
+    return Path(os.path.abspath(Path(text).expanduser()))
 
 
 def absolute_environment() -> None:

@@ -29,6 +29,7 @@ from skyward_iac.api.errors import StackBusyError
 from skyward_iac.infra import home, leases
 from skyward_iac.infra.leases import LEASE_UNTIL
 from skyward_iac.infra.local_node import orphan_sandboxes, sandbox_dirs
+from skyward_iac.infra.planned import expired_plan_reason
 from skyward_iac.infra.provider_host import reap_orphans
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import WARM_UNTIL, ProcessId, StackRecord, boot_id, process_started
@@ -148,7 +149,7 @@ class Action:
     """One thing gc did (or would do, with ``dry_run``)."""
 
     stack: str
-    action: str  # "destroyed" | "pruned" | "skipped" | "failed" | "reaped" | "repaired"
+    action: str  # destroyed, pruned, removed (a plan's stack), skipped, failed, reaped, repaired
     reason: str
 
 
@@ -186,6 +187,10 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
         if reason := collect_reason(record, seen):
             actions.append(Action(record.name, "destroyed", reason) if dry_run
                            else _destroy(ClusterStack, record.name, reason))
+        elif reason := expired_plan_reason(record, seen.now, seen.host):
+            if not dry_run:
+                ClusterStack.select(record.name).remove()
+            actions.append(Action(record.name, "removed", reason))
         elif retention_days is not None and (
             reason := prune_reason(record, seen.now, timedelta(days=retention_days))
         ):

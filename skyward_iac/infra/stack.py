@@ -362,11 +362,19 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
     if stored is not None:
         return [StackRecord(s.name, skyward_tags(s.tags), s.resource_count) for s in stored]
     workspace = _workspace()
+    planned = _tagged(workspace, TAG_PREFIX + "plan_expires") if only_live else set()
     records = []
     for summary in workspace.list_stacks():
         name, count = summary.name.rsplit("/", 1)[-1], summary.resource_count or 0
         tags: dict[str, str] = {}
-        if count or not only_live:
+        if count or not only_live or name in planned:
             tags = skyward_tags(workspace.list_tags(name))
         records.append(StackRecord(name, tags, count))
     return records
+
+
+def _tagged(workspace: auto.LocalWorkspace, tag: str) -> set[str]:
+    """The names of the stacks that carry ``tag`` (the engine filters, in one command)."""
+    result = workspace.pulumi_command.run(["stack", "ls", "--json", "--tag", tag],
+                                          workspace.work_dir, workspace.env_vars)
+    return {entry["name"].rsplit("/", 1)[-1] for entry in json.loads(result.stdout or "[]")}

@@ -26,7 +26,8 @@ USER_TAG = "tag."
 #: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) and the ones written
 #: on their own later (lease renewals, warm, taken down) stay separate; the rest travel in one
 #: JSON tag, because every tag written costs one engine command (~0.13 s) on the way up.
-SEPARATE_TAGS = ("owner", "provider", "down_by", "warm_until", "lease_until")
+SEPARATE_TAGS = ("owner", "provider", "down_by", "warm_until", "lease_until",
+                 "plan_expires")
 #: Set (to ``user@host``) by whoever destroys a pool's stack from outside it (``skyward-iac
 #: down``, gc): the owner, if it still runs, must not bring the nodes back.
 DOWN_BY = "down_by"

@@ -7,6 +7,7 @@ the backend keeps only pools that really ran.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,7 @@ def save_reviewed_plan(specs: tuple[Spec, ...], name: str | None, options: Optio
     """``skyward-iac plan``: create the pool's stack (kept, empty, until the plan is applied
     or ``plan_ttl`` seconds passed) and write its sealed plan to ``out``. Returns (the
     previewed changes, the ``ReviewedPlan``); on any failure no stack stays behind."""
-    out = out.expanduser().absolute()  # the engine writes and reads in a directory of its own
+    out = Path(os.path.abspath(out.expanduser()))  # the engine runs in a directory of its own
     if out.is_dir() or not out.parent.is_dir():
         raise ConfigError(f"--out {out}: not a file in an existing directory")
     plan = plan_pool(specs, name, options, fields)

@@ -130,6 +130,7 @@ def save(plan: PoolPlan, stack: ClusterStack, out: Path, source: dict[str, Any],
     document: dict[str, Any] = {
         "skyward_plan": plan_file.PLAN_FORMAT, "digest": "", "stack": plan.stack_name,
         "created_at": plan.request.created_at.isoformat(), "expires_at": expires_at,
+        "planned_on": socket.gethostname(),
         "usd_per_hour": plan.usd_per_hour(plan.request), "source": source,
         "facts": plan_facts(plan), "resources": plan_file.resources_by_name(planned.resources),
         "engine_plan_stackless": stackless, "engine_plan": stored,
@@ -145,8 +146,9 @@ def load(path: str | Path, approved: str | None = None,
          now: datetime | None = None) -> ReviewedPlan:
     """Read a plan file and check its seal: ``ConfigError`` for a missing or foreign file, an
     edited one (its content no longer has its digest), one that is not the ``approved``
-    digest, and an expired one (judged on this machine's clock)."""
-    path = Path(path).expanduser().absolute()
+    digest, and an expired one (judged on this machine's clock: exactly on the planner's host,
+    ``MAX_CLOCK_SKEW`` later elsewhere)."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
     try:
         document = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
@@ -168,7 +170,8 @@ def load(path: str | Path, approved: str | None = None,
             f"{path} is not the approved plan: its digest is {actual}, the approved one "
             f"{approved}. Nothing was created. Apply the file that was reviewed.")
     reviewed = _reviewed(path, document)
-    if plan_expired(reviewed.expires_at, now or datetime.now(UTC)):
+    same_host = document.get("planned_on") == socket.gethostname()
+    if plan_expired(reviewed.expires_at, now or datetime.now(UTC), same_host):
         raise ConfigError(
             f"the plan {path} (stack {reviewed.stack}) expired at {reviewed.expires_at} "
             "unapplied; nothing was created. Make a new plan with `skyward-iac plan` (gc "

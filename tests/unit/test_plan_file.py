@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from skyward_iac.api.deadlines import MAX_CLOCK_SKEW
 from skyward_iac.infra.planned import (
     PLAN_APPLIED,
     PLAN_EXPIRES,
@@ -108,12 +109,19 @@ def planned_record(**tags: str) -> StackRecord:
 
 
 def test_gc_removes_the_stack_of_an_expired_unapplied_plan_only() -> None:
-    reason = expired_plan_reason(planned_record(), NOW)
+    reason = expired_plan_reason(planned_record(), NOW, "box")
     assert reason is not None and "nobody applied" in reason and "ana@box" in reason
     fresh = plan_expires(NOW - timedelta(minutes=5), 24 * 3600)
-    assert expired_plan_reason(planned_record(**{PLAN_EXPIRES: fresh}), NOW) is None
-    assert expired_plan_reason(planned_record(**{PLAN_APPLIED: "bo@y [n]"}), NOW) is None
+    assert expired_plan_reason(planned_record(**{PLAN_EXPIRES: fresh}), NOW, "box") is None
+    assert expired_plan_reason(planned_record(**{PLAN_APPLIED: "bo@y [n]"}), NOW, "box") is None
     running = StackRecord(STACK, planned_record().tags, 3)
-    assert expired_plan_reason(running, NOW) is None
+    assert expired_plan_reason(running, NOW, "box") is None
     pool = {k: v for k, v in planned_record().tags.items() if k != PLANNED_TO}
-    assert expired_plan_reason(StackRecord(STACK, pool, 0), NOW) is None  # not a plan's stack
+    assert expired_plan_reason(StackRecord(STACK, pool, 0), NOW, "box") is None  # not a plan's
+
+
+def test_a_plan_expires_on_the_enforcers_clock_with_slack_for_another_machines() -> None:
+    just = planned_record(**{PLAN_EXPIRES: (NOW - timedelta(seconds=10)).isoformat()})
+    assert expired_plan_reason(just, NOW, "box") is not None  # the planner's own clock: exact
+    assert expired_plan_reason(just, NOW, "other") is None  # another clock: MAX_CLOCK_SKEW later
+    assert expired_plan_reason(just, NOW + timedelta(seconds=MAX_CLOCK_SKEW), "other") is not None
