@@ -72,9 +72,11 @@ def release(record: Path | None) -> None:
 
 
 def holders(stack: str, alive: Callable[[ProcessId], bool]) -> list[ProcessId]:
-    """The processes of this machine recorded as holding ``stack`` that still run; records of
-    dead ones (a holder killed without a word) are removed as they are found."""
-    found = []
+    """The processes recorded as holding ``stack`` that still run (``alive``, which knows this
+    machine's processes only); records of this machine's dead ones (a holder killed without a
+    word) are removed as they are found. A home shared between machines keeps the others'.
+    """
+    me, found = ProcessId.current(), []
     for record in _holders_dir().glob("*.json"):
         if record.name.rsplit(".", 2)[0] != stack:
             continue
@@ -84,7 +86,7 @@ def holders(stack: str, alive: Callable[[ProcessId], bool]) -> list[ProcessId]:
             continue
         if alive(holder):
             found.append(holder)
-        else:
+        elif (holder.host, holder.boot) == (me.host, me.boot):
             record.unlink(missing_ok=True)
     return found
 

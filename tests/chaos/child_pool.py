@@ -7,14 +7,17 @@ Usage: python child_pool.py NODES TTL MODE, where MODE is:
   queued - print READY, queue 200 slow calls and cancel half of their futures, then wait
            (the test interrupts it with work queued);
   raise  - queue 200 slow calls, cancel some, then raise RuntimeError out of the block.
-Progress lines go to stderr through the `skyward` logger; READY goes to stdout.
+Progress lines go to stderr through the `skyward` logger; READY goes to stdout. With
+SKYWARD_TEST_STAMP_SKEW=S its heartbeats carry a clock S seconds off (tests/chaos/skewed_beats.py).
 """
 
 import logging
+import os
 import sys
 import time
 
 import skyward_iac as sky
+from tests.chaos.skewed_beats import skew_the_beats
 
 
 @sky.function
@@ -29,6 +32,8 @@ def slow() -> None:
 
 def main() -> None:
     nodes, ttl, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if skew := os.environ.get("SKYWARD_TEST_STAMP_SKEW"):
+        skew_the_beats(float(skew))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     with sky.Compute(provider=sky.Local(), nodes=nodes, ttl=ttl,
                      options=sky.Options(gc_on_start=False)) as pool:
