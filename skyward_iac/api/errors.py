@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 class SkywardError(Exception):
     """Base of every error skyward_iac raises on purpose."""
@@ -66,6 +69,22 @@ class CollectionsDisabledError(SkywardError, RuntimeError):
 
 class StackBusyError(ProvisionError):
     """Another update holds the stack's lock (its owner, or another garbage collector)."""
+
+
+class OutOfSpaceError(ProvisionError):
+    """The engine (or the repair of its state) found no room to write: a full disk or quota.
+
+    ``path`` is what could not be written, ``free`` the bytes free there when it was reported
+    and ``needed`` roughly what the write needed (either None when unknown). Once space is
+    back, ``skyward-iac gc`` and ``down`` mend what the failed write left in the state backend.
+    """
+
+    def __init__(self, message: str, *, path: os.PathLike[str] | str | None = None,
+                 free: int | None = None, needed: int | None = None) -> None:
+        super().__init__(message)
+        self.path = Path(path) if path is not None else None
+        self.free = free
+        self.needed = needed
 
 
 class StorageError(SkywardError):

@@ -10,6 +10,12 @@ the engine runs in a session of its own, out of the terminal's reach, and our co
 * Ctrl+C during anything else (``up``, ``refresh``, ``preview``...): the engine gets one
   SIGINT, its own graceful cancel; a second Ctrl+C forwards a second one (the engine's hard
   stop). We wait for it to exit, then raise.
+
+A command that writes the state backend is not started without room for it, and a failed
+run is classified (both in ``engine_failures``) before the SDK's own ``create_command_error``:
+a lost race on the tags file runs again; a full disk raises ``OutOfSpaceError`` naming the
+path and the space; a broken state file (``unexpected end of JSON input``, which names none)
+is mended by ``state_repair`` and the command runs again, once.
 """
 
 from __future__ import annotations
@@ -27,6 +33,19 @@ from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation._cmd import OnOutput
 from pulumi.automation.errors import create_command_error
 
+from skyward_iac.infra.engine_failures import (
+    TAGS_FILE_RACE,
+    Failure,
+    backend_dir,
+    broken_state_hint,
+    classify,
+    lacking_room,
+    no_room_error,
+)
+from skyward_iac.infra.state_repair import mend
+
+__all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "interrupt_policy"]
+
 log = logging.getLogger("skyward")
 
 
@@ -36,16 +55,8 @@ def interrupt_policy(args: list[str]) -> str:
     return "wait" if "destroy" in args else "cancel"
 
 
-#: What the engine says when it read a stack's tags file while another command (a lease
-#: renewal, say) was rewriting it; nothing was done yet, so the command is simply run again.
-TAGS_FILE_RACE = "failed to read stack tags file"
-#: How many times a command that lost that race is run in all.
+#: How many times a command that lost the tags race is run in all.
 ATTEMPTS = 3
-
-
-def lost_tags_race(result: CommandResult) -> bool:
-    """Whether ``result`` failed only because the stack's tags file was being rewritten."""
-    return result.code != 0 and TAGS_FILE_RACE in result.stderr
 
 
 class EngineCommand(PulumiCommand):
@@ -54,17 +65,36 @@ class EngineCommand(PulumiCommand):
     def run(self, args: list[str], cwd: str, additional_env: Mapping[str, str],
             on_output: OnOutput | None = None,
             on_error: OnOutput | None = None) -> CommandResult:
-        """Run the CLI with ``args`` (as the SDK's ``run`` does, in its own session); a run
-        that lost the tags-file race (``TAGS_FILE_RACE``) is run again, up to ``ATTEMPTS``."""
+        """Run the CLI with ``args`` (as the SDK's ``run`` does, in its own session). A run
+        that lost the tags-file race is run again, up to ``ATTEMPTS``; one that read a broken
+        state file runs again once the backend is mended; one that found no room raises
+        ``OutOfSpaceError`` (``classify``)."""
         if "--non-interactive" not in args:
             args.insert(0, "--non-interactive")
+        if short := lacking_room(args, additional_env):
+            raise short
+        repaired = False
         for attempt in range(1, ATTEMPTS + 1):
             result = self._run_once(args, cwd, additional_env, on_output, on_error)
-            if not lost_tags_race(result) or attempt == ATTEMPTS:
+            failure = classify(result)
+            if attempt == ATTEMPTS:
                 break
-            log.info("pulumi %s read the stack's tags while they were being written; "
-                     "running it again", args[1] if len(args) > 1 else "")
-            time.sleep(0.1 * attempt)
+            if failure is Failure.TAGS_RACE:
+                log.info("pulumi %s read the stack's tags while they were being written; "
+                         "running it again", args[1] if len(args) > 1 else "")
+                time.sleep(0.1 * attempt)
+                continue
+            if failure is Failure.BROKEN_STATE and not repaired:
+                # The engine read a broken file before doing anything: mend, run once more.
+                repaired = True
+                if _mend_backend(additional_env):
+                    continue
+            break
+        if failure is Failure.NO_ROOM:
+            raise no_room_error(result, args, cwd, additional_env)
+        if failure is Failure.BROKEN_STATE:
+            result = CommandResult(stdout=result.stdout, code=result.code,
+                                   stderr=result.stderr + broken_state_hint(additional_env))
         if result.code != 0:
             raise create_command_error(result)
         return result
@@ -92,6 +122,16 @@ class EngineCommand(PulumiCommand):
             raise interrupted
         return CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr),
                              code=process.returncode)
+
+
+def _mend_backend(env: Mapping[str, str]) -> bool:
+    """Repair the file backend of ``env``; whether anything was mended. Raises the
+    ``OutOfSpaceError`` of a repair that lacked the room to restore a checkpoint."""
+    backend = backend_dir(env)
+    outcomes = mend(backend) if backend is not None else []
+    if lacking := next((outcome.no_room for outcome in outcomes if outcome.no_room), None):
+        raise lacking
+    return any(outcome.mended for outcome in outcomes)
 
 
 def _wait(process: subprocess.Popen[str], policy: str) -> KeyboardInterrupt | None:
