@@ -297,8 +297,9 @@ class LogConsole(Console):
             case InstanceBootstrapped():
                 return f"node {event.node}: ready in {seconds(event.duration)}"
             case ClusterReady():
+                warm = " (adopted warm pool)" if event.adopted else ""
                 return (f"pool {event.stack} ready: {event.nodes} node(s) in "
-                        f"{seconds(event.duration)}, {usd(event.hourly_usd)}/h")
+                        f"{seconds(event.duration)}{warm}, {usd(event.hourly_usd)}/h")
             case ProvisionRetried():
                 where = f"{event.region}{f' ({event.zone})' if event.zone else ''}"
                 return (f"stack {event.stack}: no capacity ({event.reason}); trying {where}, "
@@ -330,7 +331,8 @@ class LogConsole(Console):
                 cost = event.cost_usd or (view.cost() if view else 0.0)
                 since = view.billing_since if view else None
                 uptime = event.uptime or (event.timestamp - since if since else 0.0)
-                return (f"stack {event.stack} destroyed in {seconds(event.duration)}; up "
+                warm = "adopted warm pool, " if event.adopted else ""
+                return (f"stack {event.stack} destroyed in {seconds(event.duration)}; {warm}up "
                         f"{seconds(uptime)}, cost {usd(cost)}")
         return None
 

@@ -61,22 +61,26 @@ class ClusterProvisioned(Event):
 
 @dataclass(frozen=True, slots=True)
 class ClusterReady(Event):
-    """Every node is bootstrapped and its agent connected; ``duration`` since the request."""
+    """Every node is bootstrapped and its agent connected; ``duration`` since the request.
+    ``adopted``: the nodes are a warm pool's, taken over (no update, no bootstrap)."""
 
     stack: str
     nodes: int
     duration: float
     hourly_usd: float = 0.0
+    adopted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterDestroyed(Event):
-    """The stack was destroyed; ``uptime`` from provisioned to destroyed and what it cost."""
+    """The stack was destroyed; ``uptime`` from provisioned to destroyed and what it cost.
+    For an ``adopted`` warm pool both cover the stack's whole life, its warm time included."""
 
     stack: str
     duration: float
     uptime: float = 0.0
     cost_usd: float = 0.0
+    adopted: bool = False
 
 
 # ---- instances ------------------------------------------------------------------------------
@@ -275,6 +279,14 @@ class Error(Event):
     fatal: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class CollectionsLost(Error):
+    """The pool's distributed collections are gone, with their data: etcd on the head node
+    stopped, or the SSH connection to the head was lost. An ``Error`` (not ``fatal``: tasks go
+    on), so every console shows ``message``, which says what was lost; collection calls raise
+    ``CollectionError`` from then on."""
+
+
 # ---- the stack (Pulumi) ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +348,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ClusterRequested, ClusterProvisioned, ClusterReady, ClusterDestroyed,
     InstanceLaunched, InstanceProvisioned, InstanceBootstrapped, InstancePreempted,
     InstanceReplaced, InstanceDestroyed, BootstrapPhase, BootstrapConsole,
-    TaskQueued, TaskStarted, TaskCompleted, TaskProgress, Metric, Log, Error,
+    TaskQueued, TaskStarted, TaskCompleted, TaskProgress, Metric, Log, Error, CollectionsLost,
     StackProgress, StackPreviewed, StackUpdated, StackDestroyed,
 )
 
@@ -345,6 +357,7 @@ __all__ = [
     "ClusterRequested", "ClusterProvisioned", "ClusterReady", "ClusterDestroyed",
     "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
     "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole", "TaskQueued",
-    "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error", "StackProgress", "StackPreviewed",
+    "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error", "CollectionsLost",
+    "StackProgress", "StackPreviewed",
     "StackUpdated", "StackDestroyed",
 ]

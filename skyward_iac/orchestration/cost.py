@@ -34,6 +34,11 @@ class CostMeter:
             self._since, changed, self._rate = now, usd_per_hour != self._rate, usd_per_hour
             return changed
 
+    def add(self, usd: float) -> None:
+        """Count ``usd`` spent before this meter started (a warm pool's life so far)."""
+        with self._lock:
+            self._spent += usd
+
     def total(self) -> float:
         """USD spent from launch until now."""
         with self._lock:

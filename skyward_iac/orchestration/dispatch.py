@@ -93,6 +93,10 @@ class Dispatcher:
         self._closed = False
         threading.Thread(target=self._dispatch, name=f"{stack}-dispatch", daemon=True).start()
 
+    def rename(self, stack: str) -> None:
+        """The pool took over another stack (a warm pool): its events name that one."""
+        self.stack = self.events.stack = self.events.tally.stack = stack
+
     # ---- the nodes ------------------------------------------------------------------------
 
     def serve(self, nodes: tuple[Node, ...]) -> None:

@@ -82,6 +82,8 @@ class PoolLifecycle:
         self.timings: dict[str, float] = {}
         self._teardown = Teardown(plan.stack_name)
         self._started_at = time.monotonic()
+        #: Since when the stack runs: this pool's start, or a warm pool's first (adopted).
+        self._up_from, self._up_since = self._started_at, time.time()
         #: USD so far, from launch, at the rate of whatever the stack declares (``_applied``).
         self.cost = CostMeter(plan.usd_per_hour(plan.request))
         self._tagged = (plan.bounds.desired, f"{self.cost.rate:.4f}")
@@ -129,7 +131,7 @@ class PoolLifecycle:
         ready = self.membership.ready_count()
         self.events.emit(ClusterReady(stack=name, nodes=ready,
                                       duration=self._ready_at - self._started_at,
-                                      hourly_usd=self.usd_per_hour()))
+                                      hourly_usd=self.usd_per_hour(), adopted=self.adopted))
         log.info("pool %s ready%s: %d node(s) in %.2fs (%s)", name,
                  " (adopted warm)" if self.adopted else "", ready,
                  self._ready_at - self._started_at,
@@ -179,6 +181,8 @@ class PoolLifecycle:
         self.plan = self.plan.adopting(pool.stack, pool.node_count, pool.on_demand_nodes)
         self.cost.set_rate(self.plan.usd_per_hour(self.plan.request))
         self._teardown.stack = pool.stack
+        self.dispatcher.rename(pool.stack)
+        self.nodes.stack = pool.stack
         self._announce()
         self.stack = ClusterStack.select(pool.stack, lazy=True)
         self._beat_and_converge()
@@ -194,6 +198,11 @@ class PoolLifecycle:
                 return False
         claim.confirm()  # our heartbeats run: the keeper stops
         self.adopted = True
+        # The stack's life before this pool's meter started (the keeper's clock is this
+        # machine's): what it cost until then, and since when it runs.
+        self.cost.add(pool.cost_at(self._up_since, self.cost.rate))
+        self._up_from = time.monotonic() - pool.age(time.time())
+        self._up_since = pool.up_since or self._up_since
         stack = self.stack
         threading.Thread(target=stack.set_warm, args=(None,), name="skyward-unwarm",
                          daemon=True).start()
@@ -212,6 +221,7 @@ class PoolLifecycle:
             node.detach()
         self.plan, self.stack, self.reconciler = original, None, None
         self._teardown.stack = original.stack_name
+        self.dispatcher.rename(original.stack_name)
         self.membership = Membership(original.bounds, self.dispatcher.serve, self._changed)
         self.nodes = NodeEvents(original.stack_name, self.membership, self.dispatcher,
                                 self.events, self.nodes.on_output)
@@ -359,7 +369,8 @@ class PoolLifecycle:
         ports = {node.index: node.agent_port for node in self.membership.nodes()}
         keeper = start_keeper(
             warm.WarmPool(plan.stack_name, self.reconciler.outputs, ports, request.node_count,
-                          tuple(sorted(request.on_demand_nodes))),
+                          tuple(sorted(request.on_demand_nodes)), up_since=self._up_since,
+                          warm_since=time.time(), spent_usd=self.cost.total()),
             plan.warm_key, plan.options.keep_warm, plan.spec.ttl,
             plan.options.ssh_timeout or 30.0)
         if not warm.wait_listed(plan.warm_key, plan.stack_name, keeper,
@@ -381,11 +392,11 @@ class PoolLifecycle:
         with self._phase("destroy"):
             _destroy(stack, f"skyward: {how}", self.plan.options.shutdown_timeout,
                      EngineEventTranslator(name, "destroy", self.events.emit))
-        uptime = time.monotonic() - self._started_at
+        uptime = time.monotonic() - self._up_from
         log.info("stack %s: destroyed in %.1fs", name, self.timings["destroy"])
         self.events.emit(ClusterDestroyed(stack=name, duration=self.timings["destroy"],
-                                          uptime=uptime,
-                                          cost_usd=self.cost.total()))
+                                          uptime=uptime, cost_usd=self.cost.total(),
+                                          adopted=self.adopted))
         self.stack = None
 
     # ---- small things --------------------------------------------------------------------------

@@ -88,12 +88,29 @@ class WarmPool:
     #: The request in force when the pool went warm: node count, nodes moved on demand.
     node_count: int
     on_demand_nodes: tuple[int, ...] = ()
+    #: When the stack's first pool started and when it went warm, on this machine's wall
+    #: clock (a keeper and its adopters run on one machine), and what it had cost by then:
+    #: an adopter reports the stack's whole life, not only its own part of it.
+    up_since: float = 0.0
+    warm_since: float = 0.0
+    spent_usd: float = 0.0
+
+    def age(self, now: float) -> float:
+        """Seconds since the stack's first pool started (0 when a keeper did not say)."""
+        return max(0.0, now - self.up_since) if self.up_since else 0.0
+
+    def cost_at(self, now: float, usd_per_hour: float) -> float:
+        """USD the stack has cost by ``now``: until it went warm, then idle at the rate."""
+        idle = max(0.0, now - self.warm_since) if self.warm_since else 0.0
+        return self.spent_usd + usd_per_hour * idle / 3600
 
     def to_json(self) -> dict[str, Any]:
         out = self.outputs
         return {
             "stack": self.stack, "ports": {str(k): v for k, v in self.ports.items()},
             "node_count": self.node_count, "on_demand_nodes": list(self.on_demand_nodes),
+            "up_since": self.up_since, "warm_since": self.warm_since,
+            "spent_usd": self.spent_usd,
             "outputs": {"nodes": [asdict(n) for n in out.nodes],
                         "ssh_private_key": out.ssh_private_key,
                         "agent_token": out.agent_token,
@@ -108,7 +125,9 @@ class WarmPool:
             ssh_private_key=out["ssh_private_key"], agent_token=out["agent_token"],
             etcd=EtcdMaterial(**out["etcd"]) if out["etcd"] else None)
         return cls(data["stack"], outputs, {int(k): v for k, v in data["ports"].items()},
-                   data["node_count"], tuple(data["on_demand_nodes"]))
+                   data["node_count"], tuple(data["on_demand_nodes"]),
+                   data.get("up_since", 0.0), data.get("warm_since", 0.0),
+                   data.get("spent_usd", 0.0))
 
     def __repr__(self) -> str:  # the secrets never reach a log line
         return f"WarmPool({self.stack!r}, nodes={self.node_count})"

@@ -56,6 +56,7 @@ def wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyp
 
 def test_the_next_equal_pool_adopts_the_warm_nodes_and_a_different_one_does_not() -> None:
     first = open_pool(2, keep_warm=120)
+    first_done = time.monotonic()  # the stack is up since before this
     stack = first["STACK"]
     assert first["ADOPTED"] == "False"
     wait(lambda: f"{stack}" in (out := skyward_iac("ls").stdout) and "warm until" in out, 30,
@@ -71,8 +72,12 @@ def test_the_next_equal_pool_adopts_the_warm_nodes_and_a_different_one_does_not(
     assert second["COUNTER"] == "1"  # each run starts with empty collections
     assert float(second["FIRST"]) < float(first["FIRST"]) / 5, (first, second)
 
+    third_started = time.monotonic()
     third = open_pool(2, keep_warm=0)  # adopts, then destroys at exit
     assert third["STACK"] == stack and third["ADOPTED"] == "True"
+    # Issue 29 item 9: its uptime is the stack's age (since the first pool), not the few
+    # seconds of the adopter's own life.
+    assert third_started - first_done <= float(third["UP"]), (third, third_started - first_done)
     wait(lambda: ClusterStack.select(stack).resource_count() == 0, 60, "not destroyed")
     wait_until_gone(stack, 30)
     wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")

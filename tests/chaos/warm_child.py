@@ -2,7 +2,8 @@
 
 Usage: python warm_child.py NODES KEEP_WARM [ENV_VALUE]. Prints ``STACK <name>``,
 ``ADOPTED <bool>``, ``FIRST <seconds from Compute() to the first result>`` and ``PIDS <worker
-pids, one per node>`` on stdout, then leaves the block cleanly.
+pids, one per node>`` on stdout, then leaves the block cleanly; ``UP <seconds>`` when the stack
+was destroyed at the end (its uptime as reported).
 """
 
 import sys
@@ -31,6 +32,7 @@ def main() -> None:
     compute = sky.Compute(provider=sky.Local(), nodes=nodes, ttl=20, image=sky.Image(env=env),
                           options=sky.Options(keep_warm=keep_warm, console=False,
                                               gc_on_start=False))
+    compute.on(sky.ClusterDestroyed, lambda e: print(f"UP {e.uptime:.3f}", flush=True))
     with compute as pool:
         pids = worker_pid() @ pool
         print(f"FIRST {time.monotonic() - started:.3f}", flush=True)
