@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import types
 import typing
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
@@ -110,3 +110,21 @@ class UserModel(BaseModel, metaclass=_UserModelType):
             if (why := numeric_refusal(field.annotation, value)) is not None:
                 raise ValueError(why)
         return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], /, **fields: Any) -> M:
+    """Build ``model`` from ``fields``, raising one ``ConfigError`` that lists every problem."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(model.__name__, exc)) from None
+
+
+def shown(value: Any) -> str:
+    """A refused value as a message shows it: ``the string '2'``, ``2.0 (a float)``."""
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    return f"{value!r:.60} (a {type(value).__name__})"

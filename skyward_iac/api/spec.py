@@ -1,25 +1,26 @@
 """What to provision and how to run it: ``Spec``, ``Nodes``, ``Image``, ``Worker``, ``Options``.
 
 All are frozen pydantic models validated on construction, so bad input fails before anything is
-provisioned. Use :func:`validated` to turn pydantic's errors into one readable ``ConfigError``.
+provisioned. ``validated`` (from ``api/model.py``) builds one with every problem in one
+``ConfigError``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from skyward_iac.api import metrics as metrics_module
+from skyward_iac.api import model
 from skyward_iac.api.accelerators import Accelerator
-from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.health import HealthChecker
 from skyward_iac.api.includes import check_includes
 from skyward_iac.api.log_config import LogConfig
 from skyward_iac.api.metrics import MetricSpec
-from skyward_iac.api.model import UserModel, describe_validation_error
+from skyward_iac.api.model import UserModel, shown
 from skyward_iac.api.plugin import check_plugins
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.volumes import Volume, check_volumes
@@ -62,13 +63,6 @@ class Nodes(_Frozen):
 #: What ``Spec.nodes`` takes, in every refusal of it.
 NODES_ACCEPTED = ("nodes must be an int (nodes=2), a (low, high) tuple of ints for an elastic "
                   "pool (nodes=(2, 8)), or sky.Nodes(desired=..., min=..., max=...)")
-
-
-def _shown(value: Any) -> str:
-    """A refused value as a message shows it: ``the string '2'``, ``2.0 (a float)``."""
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    return f"{value!r:.60} (a {type(value).__name__})"
 
 
 class PipIndex(_Frozen):
@@ -356,7 +350,7 @@ class Spec(_Frozen):
         if (isinstance(value, (tuple, list)) and len(value) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
             return {"desired": value[0], "max": value[1]}
-        raise ValueError(f"{NODES_ACCEPTED}; got {_shown(value)}")
+        raise ValueError(f"{NODES_ACCEPTED}; got {shown(value)}")
 
     @model_validator(mode="after")
     def _volumes_mountable(self) -> Spec:
@@ -398,13 +392,5 @@ class Spec(_Frozen):
                                  "use 0 to disable the dead-man switch")
         return value
 
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def validated(model: type[M], /, **fields: Any) -> M:
-    """Build ``model`` from ``fields``, raising one ``ConfigError`` that lists every problem."""
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(model.__name__, exc)) from None
+#: Callers import it from here, where it lived before ``api/model.py``.
+validated = model.validated
