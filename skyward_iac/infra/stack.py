@@ -307,11 +307,7 @@ class ClusterStack:
 
     def resource_count(self) -> int:
         """Resources currently in the stack's state, the stack itself and providers excluded."""
-        deployment = self._stack.export_stack().deployment or {}
-        return sum(
-            1 for r in deployment.get("resources", [])
-            if not r["type"].startswith("pulumi:")
-        )
+        return managed_count(self._stack.export_stack().deployment or {})
 
     def history(self) -> list[auto.UpdateSummary]:
         """Every update, newest first (up, destroy, refresh ...)."""
@@ -369,8 +365,16 @@ def list_records(only_live: bool = False) -> list[StackRecord]:
         tags: dict[str, str] = {}
         if count or not only_live or name in planned:
             tags = skyward_tags(workspace.list_tags(name))
+        if count:  # the engine's count has the stack and its providers: count as `show` does
+            count = managed_count(workspace.export_stack(name).deployment or {})
         records.append(StackRecord(name, tags, count))
     return records
+
+
+def managed_count(deployment: Mapping[str, Any]) -> int:
+    """The resources of an exported deployment, the stack itself and providers left out (what
+    ``ls``, ``show`` and ``history`` call a stack's resources)."""
+    return sum(1 for r in deployment.get("resources", []) if not r["type"].startswith("pulumi:"))
 
 
 def _tagged(workspace: auto.LocalWorkspace, tag: str) -> set[str]:

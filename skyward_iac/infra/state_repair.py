@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Literal
 
 from skyward_iac.api.errors import OutOfSpaceError
@@ -62,41 +64,51 @@ TEMPORARY = re.compile(r".+\.[0-9a-f]+\.tmp")
 Remedy = Literal["remove", "quarantine", "restore", "report"]
 
 
-def is_temporary(rel: PurePosixPath) -> bool:
+# The rule reads paths relative to the state dir as posix strings (".pulumi/locks/..."):
+# the walk meets thousands of files, and building a Path for each was most of its time.
+
+
+def _name(rel: str) -> str:
+    return rel.rsplit("/", 1)[-1]
+
+
+def is_temporary(rel: str) -> bool:
     """Whether ``rel`` is a write the engine never finished."""
-    return TEMPORARY.fullmatch(rel.name) is not None
+    return TEMPORARY.fullmatch(_name(rel)) is not None
 
 
-def is_checkpoint(rel: PurePosixPath) -> bool:
-    """Whether ``rel`` (relative to the state dir) is a stack's current checkpoint."""
-    return rel.parts[:2] == (".pulumi", "stacks") and rel.name.endswith(
-        (".json", ".json.gz", ".json.zst"))
+def is_checkpoint(rel: str) -> bool:
+    """Whether ``rel`` is a stack's current checkpoint."""
+    return rel.startswith(".pulumi/stacks/") and rel.endswith((".json", ".json.gz", ".json.zst"))
 
 
-def is_lock(rel: PurePosixPath) -> bool:
+def is_lock(rel: str) -> bool:
     """Whether ``rel`` lies in the locks directory (every file there is read as a lock)."""
-    return rel.parts[:2] == (".pulumi", "locks")
+    return rel.startswith(".pulumi/locks/")
 
 
-def judged(rel: PurePosixPath) -> bool:
+def judged(rel: str) -> bool:
     """Whether the rule looks at ``rel`` at all."""
-    return is_temporary(rel) or is_lock(rel) or rel.name.endswith(JUDGED)
+    return rel.endswith(JUDGED) or is_lock(rel) or is_temporary(rel)
 
 
-def parsed(rel: PurePosixPath) -> bool:
-    """Whether ``rel`` is parsed to judge it: locks, sidecars, tags and checkpoints (small, or
-    essential). History entries and backups (one per update, ever) are judged by size: a
-    failed write leaves them empty, and parsing them all would slow every ``gc``."""
-    return (is_lock(rel) or rel.name.endswith((".attrs", ".pulumi-tags"))
-            or (is_checkpoint(rel) and rel.name.endswith(".json")))
+def parsed(rel: str) -> bool:
+    """Whether ``rel`` is parsed to judge it: locks, the stacks' checkpoints and tags, and
+    their sidecars (what every command reads). History entries and backups (some per update,
+    ever, and read by no update) and their sidecars are judged by size: a failed write leaves
+    them empty, and parsing them all would slow every ``gc``."""
+    if rel.startswith((".pulumi/history/", ".pulumi/backups/")):
+        return False
+    return (is_lock(rel) or rel.endswith((".attrs", ".pulumi-tags"))
+            or (is_checkpoint(rel) and rel.endswith(".json")))
 
 
-def settle_time(rel: PurePosixPath) -> float:
+def settle_time(rel: str) -> float:
     """How old ``rel`` must be before the rule touches it (see ``SETTLE_SMALL``)."""
     return SETTLE if is_temporary(rel) and not is_lock(rel) else SETTLE_SMALL
 
 
-def remedy(rel: PurePosixPath, size: int, sound: bool | None,
+def remedy(rel: str, size: int, sound: bool | None,
            restorable: bool) -> Remedy | None:
     """What to do with the settled file ``rel`` of ``size`` bytes: None for a sound one.
     ``sound`` says whether it parsed (None: not parsed); ``restorable`` whether a broken
@@ -110,18 +122,11 @@ def remedy(rel: PurePosixPath, size: int, sound: bool | None,
     return "remove" if size == 0 else "quarantine"
 
 
-def stack_dirs(rel: PurePosixPath, kind: str) -> PurePosixPath:
+def stack_dirs(rel: str, kind: str) -> str:
     """``.pulumi/<kind>/<project>/<stack>`` for the stack whose checkpoint is ``rel``: where
     the engine keeps its history (``kind="history"``) or backups, a checkpoint copy each."""
-    stack = rel.name.split(".json")[0]
-    return PurePosixPath(".pulumi", kind, *rel.parts[2:-1], stack)
-
-
-def _settled(path: Path, rel: PurePosixPath) -> bool:
-    try:
-        return time.time() - path.stat().st_mtime > settle_time(rel)
-    except OSError:
-        return False
+    parts = rel.split("/")
+    return "/".join([".pulumi", kind, *parts[2:-1], parts[-1].split(".json")[0]])
 
 
 def _sound_json(path: Path) -> bool:
@@ -132,11 +137,11 @@ def _sound_json(path: Path) -> bool:
     return True
 
 
-def restore_source(state_dir: Path, rel: PurePosixPath) -> Path | None:
+def restore_source(state_dir: Path, rel: str) -> Path | None:
     """The newest sound copy of the checkpoint ``rel``: its ``.bak``, else the newest
     checkpoint copy in its history or backups; None when there is none (or it is compressed,
     which this repair leaves alone)."""
-    if not rel.name.endswith(".json"):
+    if not rel.endswith(".json"):
         return None
     path = state_dir / rel
     kept = [copy for kind, pattern in (("history", "*.checkpoint.json"), ("backups", "*.json"))
@@ -148,28 +153,38 @@ def restore_source(state_dir: Path, rel: PurePosixPath) -> Path | None:
     return None
 
 
+def _files(root: str) -> Iterator[tuple[str, os.stat_result]]:
+    """Every regular file under ``root`` with its ``stat``, one call each (a backend holds
+    some files per update ever made, and every pool start's gc walks it)."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                yield from _files(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                yield entry.path, entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # removed meanwhile
+
+
 def broken_files(state_dir: Path, settled_only: bool = True) -> list[tuple[Path, Remedy]]:
     """Every file under ``state_dir/.pulumi`` the rule would mend, with its remedy
     (``settled_only=False`` also names those too young to touch yet)."""
-    root = state_dir / ".pulumi"
     found: list[tuple[Path, Remedy]] = []
-    if not root.is_dir():
-        return found
-    for path in sorted(root.rglob("*")):
-        rel = PurePosixPath(path.relative_to(state_dir).as_posix())
-        if not judged(rel) or (settled_only and not _settled(path, rel)):
+    now, prefix = time.time(), len(str(state_dir)) + 1
+    for path, stat in _files(str(state_dir / ".pulumi")):
+        rel = path[prefix:].replace(os.sep, "/")
+        if not judged(rel) or (settled_only and now - stat.st_mtime <= settle_time(rel)):
             continue
-        try:
-            if not path.is_file():
-                continue
-            size = path.stat().st_size
-        except OSError:
-            continue  # removed meanwhile
-        sound = _sound_json(path) if size and parsed(rel) else None
+        size = stat.st_size
+        sound = _sound_json(Path(path)) if size and parsed(rel) else None
         broken = is_checkpoint(rel) and (size == 0 or sound is False)
         restorable = broken and restore_source(state_dir, rel) is not None
         if action := remedy(rel, size, sound, restorable):
-            found.append((path, action))
+            found.append((Path(path), action))
     return found
 
 
@@ -200,7 +215,7 @@ def repair(state_dir: Path) -> list[str]:
 
 
 def _apply(path: Path, action: Remedy, state_dir: Path, quarantine: Path) -> Outcome:
-    rel = PurePosixPath(path.relative_to(state_dir).as_posix())
+    rel = path.relative_to(state_dir).as_posix()
     needed: int | None = None
     try:
         sidecar = path.with_name(path.name + ".attrs")
@@ -212,7 +227,7 @@ def _apply(path: Path, action: Remedy, state_dir: Path, quarantine: Path) -> Out
         if action == "quarantine":
             aside = _move_aside(path, rel, quarantine)
             if sidecar.is_file():
-                _move_aside(sidecar, PurePosixPath(f"{rel}.attrs"), quarantine)
+                _move_aside(sidecar, f"{rel}.attrs", quarantine)
             return Outcome(f"moved the broken {rel} aside to {aside}")
         source = restore_source(state_dir, rel) if action == "restore" else None
         if source is None:
@@ -238,7 +253,7 @@ def _apply(path: Path, action: Remedy, state_dir: Path, quarantine: Path) -> Out
         return Outcome(f"could not mend {rel} ({action}): {error}", mended=False, no_room=error)
 
 
-def _move_aside(path: Path, rel: PurePosixPath, quarantine: Path) -> Path:
+def _move_aside(path: Path, rel: str, quarantine: Path) -> Path:
     """Move ``path`` to the same place under ``quarantine``: a rename, which needs no room for
     the data, so it works on a full disk as long as the directories can be made."""
     target = quarantine / rel

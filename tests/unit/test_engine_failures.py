@@ -18,6 +18,7 @@ from skyward_iac.api.errors import OutOfSpaceError, ProvisionError
 from skyward_iac.infra.disk_space import human_bytes
 from skyward_iac.infra.engine_command import EngineCommand
 from skyward_iac.infra.engine_failures import (
+    CHECKPOINTS_PER_DESTROY,
     CHECKPOINTS_PER_UPDATE,
     SMALL_WRITE,
     UPDATE_OVERHEAD,
@@ -94,8 +95,10 @@ def test_each_failure_is_told_apart_once(stderr: str, stdout: str, kind: Failure
 def test_what_a_command_writes_to_the_backend() -> None:
     destroy = ["--non-interactive", "destroy", "--yes", "--stack", "organization/skyward/s"]
     assert command_name(destroy) == "destroy" and stack_of(destroy) == "s"
-    assert room_needed(destroy, 24_000) == CHECKPOINTS_PER_UPDATE * 24_000 + UPDATE_OVERHEAD
+    assert room_needed(destroy, 24_000) == CHECKPOINTS_PER_DESTROY * 24_000 + UPDATE_OVERHEAD
     assert room_needed(destroy, None) == SMALL_WRITE  # a stack never written yet
+    up = ["--non-interactive", "up", "--yes", "--skip-preview", "--stack", "s"]
+    assert room_needed(up, 24_000) == CHECKPOINTS_PER_UPDATE * 24_000 + UPDATE_OVERHEAD
     tag_set = ["--non-interactive", "stack", "tag", "set", "skyward:lease", "x", "--stack", "s"]
     assert command_name(tag_set) == "stack tag set" and room_needed(tag_set, 24_000) == SMALL_WRITE
     for reads in (["stack", "tag", "ls", "--stack", "s"], ["stack", "export", "--stack", "s"],
@@ -130,7 +133,7 @@ def test_a_full_disk_names_the_path_and_the_space(tmp_path: Path) -> None:
     error = raised.value
     assert isinstance(error, ProvisionError)  # callers that handle engine failures still do
     assert error.path == Path(env["STATE"]) / LOCK_TMP
-    assert error.needed == CHECKPOINTS_PER_UPDATE * 10_000 + UPDATE_OVERHEAD
+    assert error.needed == CHECKPOINTS_PER_DESTROY * 10_000 + UPDATE_OVERHEAD
     assert error.free is not None and error.free > 0  # this disk is not full
     lines = str(error).splitlines()
     assert lines[0] == "the engine said:" and "no space left on device" in lines[2]

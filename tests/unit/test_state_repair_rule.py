@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +25,6 @@ from skyward_iac.infra.state_repair import (
 LOCKS = ".pulumi/locks/organization/skyward"
 STACKS = ".pulumi/stacks/skyward"
 CHECKPOINT = {"version": 3, "checkpoint": {"stack": "s", "latest": {"resources": []}}}
-
-
-def rel(path: str) -> PurePosixPath:
-    return PurePosixPath(path)
 
 
 @pytest.mark.parametrize(("path", "size", "sound", "restorable", "expected"), [
@@ -53,14 +49,14 @@ def rel(path: str) -> PurePosixPath:
 ])
 def test_the_rule(path: str, size: int, sound: bool | None, restorable: bool,
                   expected: str | None) -> None:
-    assert remedy(rel(path), size, sound, restorable) == expected
+    assert remedy(path, size, sound, restorable) == expected
 
 
 def test_only_temporary_files_outside_the_locks_wait_for_a_writer() -> None:
-    assert settle_time(rel(f"{STACKS}/s.json.18eb64b46d271995.tmp")) == SETTLE
+    assert settle_time(f"{STACKS}/s.json.18eb64b46d271995.tmp") == SETTLE
     for quick in (f"{LOCKS}/s/1.json.18eb64b46d271995.tmp", f"{LOCKS}/s/1.json",
                   f"{STACKS}/s.json", f"{STACKS}/s.json.attrs", f"{STACKS}/s.pulumi-tags"):
-        assert settle_time(rel(quick)) == SETTLE_SMALL
+        assert settle_time(quick) == SETTLE_SMALL
     assert SETTLE_SMALL < SETTLE
 
 
@@ -144,5 +140,5 @@ def test_a_file_a_writer_may_still_hold_is_named_but_left(tmp_path: Path) -> Non
 def test_a_compressed_checkpoint_is_never_restored_by_hand(tmp_path: Path) -> None:
     write(tmp_path, f"{STACKS}/s.json.gz", b"")
     write(tmp_path, f"{STACKS}/s.json.gz.bak", b"\x1f\x8b")
-    assert state_repair.restore_source(tmp_path, rel(f"{STACKS}/s.json.gz")) is None
+    assert state_repair.restore_source(tmp_path, f"{STACKS}/s.json.gz") is None
     assert broken_files(tmp_path) == [(tmp_path / f"{STACKS}/s.json.gz", "report")]
