@@ -19,9 +19,9 @@ in place. An engine killed, or out of disk space, leaves:
 The remedy follows one rule. An empty file holds nothing: it is removed. A broken file with
 content is moved aside into ``skyward-quarantine/<time>/`` beside ``.pulumi``, never deleted:
 it may be the only copy of something (a checkpoint that only a rename failed to put in place),
-and someone may want to read it. A broken checkpoint is replaced by the newest sound copy: its
-``.bak`` (the state before the write that failed, pending operations included), else the
-newest copy kept in its history or backups (the end of the last finished update); with none it
+and someone may want to read it. A broken checkpoint is replaced by the newest sound copy:
+normally its ``.bak`` (the state before the write that failed, pending operations included),
+or a copy kept in its history or backups (the end of the last finished update); with none it
 is only reported, since taking it away would drop the stack and its resources from the record.
 A broken lock is never someone's lock: an engine whose lock write failed does not go on.
 """
@@ -137,20 +137,26 @@ def _sound_json(path: Path) -> bool:
     return True
 
 
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0  # removed meanwhile: last, and found unsound below
+
+
 def restore_source(state_dir: Path, rel: str) -> Path | None:
-    """The newest sound copy of the checkpoint ``rel``: its ``.bak``, else the newest
-    checkpoint copy in its history or backups; None when there is none (or it is compressed,
-    which this repair leaves alone)."""
+    """The newest sound copy of the checkpoint ``rel``: its ``.bak`` or a checkpoint copy in
+    its history or backups, whichever was written last (the ``.bak`` on a tie: a copy of it
+    that failed on a full disk leaves an older one, older than the last update's copies);
+    None when there is none (or it is compressed, which this repair leaves alone)."""
     if not rel.endswith(".json"):
         return None
     path = state_dir / rel
-    kept = [copy for kind, pattern in (("history", "*.checkpoint.json"), ("backups", "*.json"))
-            for copy in (state_dir / stack_dirs(rel, kind)).glob(pattern)]
-    kept.sort(key=lambda copy: copy.stat().st_mtime, reverse=True)
-    for copy in [path.with_name(path.name + ".bak"), *kept]:
-        if copy.is_file() and _sound_json(copy):
-            return copy
-    return None
+    copies = [path.with_name(path.name + ".bak")] + [
+        copy for kind, pattern in (("history", "*.checkpoint.json"), ("backups", "*.json"))
+        for copy in (state_dir / stack_dirs(rel, kind)).glob(pattern)]
+    copies.sort(key=_mtime, reverse=True)  # stable: the .bak first among equals
+    return next((copy for copy in copies if copy.is_file() and _sound_json(copy)), None)
 
 
 def _files(root: str) -> Iterator[tuple[str, os.stat_result]]:

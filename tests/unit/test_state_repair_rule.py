@@ -142,3 +142,15 @@ def test_a_compressed_checkpoint_is_never_restored_by_hand(tmp_path: Path) -> No
     write(tmp_path, f"{STACKS}/s.json.gz.bak", b"\x1f\x8b")
     assert state_repair.restore_source(tmp_path, f"{STACKS}/s.json.gz") is None
     assert broken_files(tmp_path) == [(tmp_path / f"{STACKS}/s.json.gz", "report")]
+
+
+def test_a_backup_older_than_the_last_updates_copy_loses_to_it(tmp_path: Path) -> None:
+    # The .bak copy failed on the full disk, so the one left predates the last finished update.
+    stale = {**CHECKPOINT, "checkpoint": {"stack": "s", "latest": {"resources": [1]}}}
+    last = {**CHECKPOINT, "checkpoint": {"stack": "s", "latest": {"resources": [1, 2]}}}
+    write(tmp_path, f"{STACKS}/s.json", "")
+    write(tmp_path, f"{STACKS}/s.json.bak", json.dumps(stale), age=600)
+    kept = write(tmp_path, ".pulumi/history/skyward/s/s-9.checkpoint.json", json.dumps(last), 60)
+    assert state_repair.restore_source(tmp_path, f"{STACKS}/s.json") == kept
+    repair(tmp_path)
+    assert json.loads((tmp_path / f"{STACKS}/s.json").read_text()) == last
