@@ -39,6 +39,8 @@ class LiveStack:
     resources: int
     created_at: str | None
     age_s: float | None
+    #: The rate the stack runs at now (its ``usd_per_hour`` tag, kept true by resizes).
+    usd_per_hour: float
     cost_usd: float
     expires_at: str
     owner_running: bool
@@ -67,7 +69,7 @@ def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
     return LiveStack(
         stack=name, provider=tags.get("provider", "?"), owner=tags.get("owner", "?"),
         nodes=int(tags.get("nodes", 0) or 0), resources=resources, created_at=created,
-        age_s=round(age, 1) if age is not None else None,
+        age_s=round(age, 1) if age is not None else None, usd_per_hour=hourly,
         cost_usd=round(hourly * max(age or 0.0, 0.0) / 3600, 4),
         expires_at=tags.get("expires_at", "never"), owner_running=owner_running,
         warm_until=tags.get("warm_until", ""),
@@ -142,11 +144,15 @@ def add_commands(commands: Any) -> None:
     down = commands.add_parser(
         "down", help="destroy one stack now",
         description="Destroy a stack's resources now (its record and history stay). Destroying "
-                    "a stack that is already down does nothing and succeeds. A stack whose "
-                    f"owning process still runs is refused (exit code {REFUSED}) unless --force.")
+                    "a stack that is already down does nothing and succeeds. A stack whose owner "
+                    "may still use it (its process runs here, its lease from another machine "
+                    f"holds, or ttl=0 elsewhere) is refused (exit code {REFUSED}) unless "
+                    "--force; who took it down and --reason go in its history.")
     down.add_argument("stack", help="stack name, as `skyward-iac ls` prints it")
     down.add_argument("--force", action="store_true",
-                      help="destroy even if the process that created it still runs")
+                      help="destroy even while its owner may still use it (a live lease)")
+    down.add_argument("--reason", metavar="TEXT",
+                      help="why: recorded with who took it down in the stack's history")
     down.set_defaults(run=run_down)
     logs = commands.add_parser(
         "logs", help="the bootstrap and agent logs of a live stack's nodes",
@@ -170,31 +176,43 @@ def run_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no live stacks")
         return OK
-    print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'COST':>9}  {'LEASE':<16} OWNER")
+    print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'USD/H':>9} {'COST':>9}  {'LEASE':<16} "
+          "OWNER")
     for row in rows:
         state = f"warm until {row.warm_until}" if row.warm_until else row.owner_state
         print(f"{row.stack:<44} {row.nodes:>5} {human_age(row.age_s):>7} "
-              f"${row.cost_usd:>8.4f}  {lease_text(row):<16} {row.owner} ({state})")
+              f"{row.usd_per_hour:>9.4f} ${row.cost_usd:>8.4f}  {lease_text(row):<16} "
+              f"{row.owner} ({state})")
     return OK
 
 
 def run_down(args: argparse.Namespace) -> int:
+    from skyward_iac.infra import gc, takedown
     from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.tags import StackRecord
 
     stack = ClusterStack.select(args.stack)  # StackNotFoundError: exit code 3
-    if stack.resource_count() == 0:
+    count = stack.resource_count()
+    if count == 0:
         print(f"{args.stack} is already down")
         return OK
     tags = stack.tags()
-    if owner_running(args.stack, tags) and not args.force:
-        print(f"skyward-iac: {args.stack} belongs to a running process (pid {tags.get('pid')} "
-              f"on {tags.get('host')}); close its pool, or pass --force to destroy it anyway",
-              file=sys.stderr)
+    record = StackRecord(args.stack, tags, count)
+    seen = gc.look([record])
+    holder = takedown.Holder(
+        owner=tags.get("owner", "?"), host=tags.get("host", ""), pid=tags.get("pid", ""),
+        state=gc.owner_state(record, seen), lease_until=tags.get("lease_until", ""),
+        lease_lapsed=gc.lease_reason(record, seen),
+        lease_left=seconds_left(tags.get("lease_until"), seen.now))
+    if not args.force and (why := takedown.refusal(args.stack, holder)):
+        print(f"skyward-iac: {why}", file=sys.stderr)
         return REFUSED
-    stack.mark_taken_down(f"{getpass.getuser()}@{socket.gethostname()} (skyward-iac down)")
+    actor = f"{getpass.getuser()}@{socket.gethostname()}"
+    message = takedown.takedown_message(actor, args.force, args.reason)
+    stack.mark_taken_down(message)  # the owner, if it still runs, stops instead of re-creating
     stack.clear_crash_leftovers()
-    stack.destroy(message="skyward-iac down" + (" --force" if args.force else ""))
-    print(f"{args.stack} destroyed")
+    stack.destroy(message=message)
+    print(f"{args.stack} destroyed ({message})")
     return OK
 
 

@@ -7,6 +7,7 @@ so it cannot react to losing its node by recreating it.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -111,9 +112,10 @@ def test_down_refuses_a_live_owner_then_force_destroys_and_repeats_harmlessly(
     owner.signal(signal.SIGSTOP)  # alive but unable to replace the node we destroy
     try:
         code, _, err = cli(capsys, "down", stack)
-        assert code == REFUSED and "--force" in err and "running process" in err
+        assert code == REFUSED and "still runs on this machine" in err
+        assert f"skyward-iac down {stack} --force --reason" in err
         assert ClusterStack.select(stack).resource_count() > 0
-        code, out, err = cli(capsys, "down", stack, "--force")
+        code, out, err = cli(capsys, "down", stack, "--force", "--reason", "a hung owner")
         assert code == 0, err
         assert f"{stack} destroyed" in out
         assert ClusterStack.select(stack).resource_count() == 0
@@ -125,7 +127,9 @@ def test_down_refuses_a_live_owner_then_force_destroys_and_repeats_harmlessly(
         code, _, err = cli(capsys, "logs", stack)
         assert code == NOT_FOUND and "is down" in err
         history = ClusterStack.select(stack).history()
-        assert history[0].kind == "destroy" and history[0].message == "skyward-iac down --force"
+        assert history[0].kind == "destroy"
+        assert history[0].message == (f"skyward-iac down --force by {getpass.getuser()}@"
+                                      f"{socket.gethostname()}: a hung owner")
     finally:
         os.kill(owner.process.pid, signal.SIGCONT)
 

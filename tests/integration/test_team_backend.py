@@ -16,7 +16,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.infra import engine
 from skyward_iac.infra.stack import list_records
-from tests.s3_server import S3Server, team_state_env
+from tests.s3_server import S3Server, s3_server, team_state_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "team-state"
@@ -57,6 +57,12 @@ def test_a_pool_lives_in_the_shared_backend_with_kms_secrets(team_backend: dict[
                                 capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert listed.returncode == 0, listed.stderr
         assert name in listed.stdout  # `skyward-iac ls` (another process) sees it too
+        [row] = [r for r in json.loads(listed.stdout) if r["stack"] == name]
+        shown = subprocess.run([sys.executable, "-m", "skyward_iac.cli", "show", name, "--json"],
+                               capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert shown.returncode == 0, shown.stderr
+        assert row["resources"] == json.loads(shown.stdout)["resources"] > 0  # counted alike
+        assert row["usd_per_hour"] == 0.0  # the rate column (Local costs nothing)
         exported = subprocess.run(
             [str(engine.find_engine().binary), "stack", "export", "--stack",
              f"organization/skyward/{name}", "--show-secrets=false"],
@@ -72,3 +78,15 @@ def test_a_pool_lives_in_the_shared_backend_with_kms_secrets(team_backend: dict[
         for key, body in objects.items():
             assert b"PRIVATE KEY" not in body, f"plaintext private key in {key}"
     assert {r.name: r.resource_count for r in list_records()}[name] == 0
+
+
+def test_a_backend_outage_says_what_to_check_not_a_traceback() -> None:
+    with s3_server() as gone:
+        env = {**os.environ, **team_state_env(gone, "outage"), "PYTHONPATH": str(ROOT)}
+    for command in (["ls"], ["history"], ["down", "some-stack"], ["gc"]):
+        done = subprocess.run([sys.executable, "-m", "skyward_iac.cli", *command], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert done.returncode == 1, (command, done.stdout)
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "cannot be reached (dial tcp" in done.stderr and "s3://outage" in done.stderr
+        assert "run the command again" in done.stderr

@@ -26,6 +26,7 @@ def test_describe_measures_age_and_cost_to_now() -> None:
     row = describe("aws-ana-x", tags, 9, NOW, owner_running=False)
     assert row.age_s == 5400.0
     assert row.cost_usd == 3.0  # 1.5 h at $2/h
+    assert row.usd_per_hour == 2.0  # ls's USD/H column and ls --json's usd_per_hour
     assert (row.nodes, row.resources, row.provider, row.owner) == (4, 9, "aws", "ana@box")
     assert row.expires_at == "2026-01-02T10:40:00+00:00" and row.owner_running is False
 
