@@ -134,8 +134,8 @@ def lacking_room(args: list[str], env: Mapping[str, str]) -> OutOfSpaceError | N
     """The error to raise instead of running ``args`` on a file backend without the room it
     needs (None: run it). Only a guard: the disk may still fill while the command runs."""
     backend = backend_dir(env)
-    if backend is None:
-        return None
+    if backend is None or room_needed(args, None) is None:
+        return None  # reads (most commands) cost no look at the disk
     needed = room_needed(args, checkpoint_size(backend, stack_of(args)))
     free = free_bytes(backend)
     if needed is None or free is None or free >= needed:
