@@ -112,7 +112,8 @@ _LAZY = {
         "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
         "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole",
         "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error",
-        "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed", "ProvisionRetried",
+        "CollectionsLost", "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
+        "ProvisionRetried",
     )},
     # The collections load the etcd client (gRPC) only when first used.
     **{name: "skyward_iac.collections.context"
@@ -154,6 +155,6 @@ __all__ = [
     "ClusterDestroyed", "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped",
     "InstancePreempted", "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase",
     "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric",
-    "Log", "Error",
+    "Log", "Error", "CollectionsLost",
     "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed", "ProvisionRetried",
 ]

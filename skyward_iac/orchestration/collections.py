@@ -1,23 +1,25 @@
 """Wiring a pool's collections: etcd on the head, a backend config for every node's workers,
-and a backend for the client reached through an SSH tunnel to the head."""
+and a backend for the client reached through an SSH tunnel to the head, watched for loss."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from skyward_iac.api.errors import CollectionError
 from skyward_iac.collections import Backend, BackendConfig, connect
+from skyward_iac.observability.events import CollectionsLost, Event
 from skyward_iac.outputs import ClusterOutputs
 from skyward_iac.remote.bootstrap import ETCD_CLIENT_PORT, EtcdServerPlan
+from skyward_iac.remote.forward import LocalForward, Trouble, classify, open_channel
 
 if TYPE_CHECKING:
     from skyward_iac.orchestration.node import Node
 
 DISABLED = "collections are off for this pool (Options(cluster=False))"
+log = logging.getLogger("skyward")
 
 
 def head_etcd_plan(outputs: ClusterOutputs) -> EtcdServerPlan | None:
@@ -47,77 +49,157 @@ def node_config(outputs: ClusterOutputs, job_id: str,
     )
 
 
+#: How often the client pings the head's etcd while the pool lives: a dead etcd is noticed
+#: when its connection ends, this is the backstop (and keeps gRPC from idling it away).
+PING_EVERY = 15.0
+
+
 class ClientCollections:
     """The client's backend for ``pool.dict(...)`` and ``sky.dict(...)`` outside tasks.
 
-    etcd listens only on the head's private address; the client gets there through an SSH
-    direct-tcpip tunnel over the head's connection (the certificate names the server
-    ``skyward-etcd``, so TLS holds through the tunnel). Opened on first use, once the head is in
-    service (``head(timeout)`` waits for it: with ``Nodes.min`` the pool may be ready before
-    its head), and opened again through a replacement head.
+    etcd listens only on the head's private address; the client gets there through a local
+    port forwarded over the head's SSH connection (the certificate names the server
+    ``skyward-etcd``, so TLS holds through the tunnel). Opened once the head is in service
+    (``head(timeout)`` waits for it: with ``Nodes.min`` the pool may be ready before its head),
+    and opened again through a replacement head (``outputs()`` gives the stack's latest
+    outputs: a replaced head has a new address, so a new etcd CA).
+
+    While the pool lives a thread keeps a connection open and pings etcd now and then, so its
+    loss is noticed when it happens: etcd refusing connections, or the SSH connection to the
+    head gone, makes ``CollectionsLost`` (an ``Error`` event: every console shows it). The
+    tunnel refuses connections from then on, so collection calls fail at once with
+    ``CollectionError`` instead of waiting out their timeout, and ``close`` never raises.
     """
 
-    def __init__(self, outputs: ClusterOutputs, job_id: str,
-                 head: Callable[[float], Node], timeout: float) -> None:
+    def __init__(self, outputs: Callable[[], ClusterOutputs], job_id: str,
+                 head: Callable[[float], Node], timeout: float, stack: str = "",
+                 emit: Callable[[Event], object] = lambda event: None) -> None:
         self._outputs, self._job_id, self._head, self._timeout = outputs, job_id, head, timeout
-        self._stack = contextlib.ExitStack()
-        self._backend: Backend | None = None
-        self._through: Node | None = None
+        self._stack, self._emit = stack, emit
+        self._tunnel: _Tunnel | None = None
+        self._disabled: Backend | None = None
         self._lock = threading.Lock()
+        self._lost_lock = threading.Lock()
+        self._stopped = threading.Event()
+        if outputs().etcd is not None:
+            threading.Thread(target=self._watch, name=f"skyward-etcd-watch-{stack}",
+                             daemon=True).start()
 
     @property
     def backend(self) -> Backend:
-        with self._lock:
-            config = node_config(self._outputs, self._job_id)
-            if config.disabled_reason is not None:
-                if self._backend is None:
-                    self._backend = connect(config)
-                return self._backend
-            head = self._head(self._timeout)
-            if self._backend is None or head is not self._through:
-                self._close()
-                port = _free_local_port()
-                self._stack.enter_context(head.connection.forward_local(
-                    local_port=port, remote_port=ETCD_CLIENT_PORT,
-                    remote_host=head.address.private_address, local_host="127.0.0.1",
-                ))
-                _wait_listening(port, self._timeout)
-                self._backend = connect(BackendConfig(
-                    endpoints=(f"127.0.0.1:{port}",), job_id=config.job_id,
-                    ca_pem=config.ca_pem, cert_pem=config.cert_pem, key_pem=config.key_pem,
-                ))
-                self._through = head
-            return self._backend
+        replaced: _Tunnel | None = None
+        try:
+            with self._lock:
+                config = node_config(self._outputs(), self._job_id)
+                if config.disabled_reason is not None:
+                    if self._disabled is None:
+                        self._disabled = connect(config)
+                    return self._disabled
+                head = self._head(self._timeout)
+                tunnel = self._tunnel
+                if tunnel is None or head is not tunnel.head:
+                    replaced = tunnel  # a replacement head: its etcd starts empty
+                    self._close_tunnel()
+                    # The outputs once the head is in service: a new head, a new etcd CA.
+                    config = node_config(self._outputs(), self._job_id)
+                    tunnel = self._tunnel = self._open(head, config)
+                if tunnel.lost is not None:
+                    raise CollectionError(f"pool {self._stack}: {tunnel.lost}")
+                return tunnel.backend
+        finally:
+            if replaced is not None:  # told outside the lock: a callback may use collections
+                self._lose(replaced, lost_message(None, ""))
 
     def close(self) -> None:
-        """Release the client's lease (its locks) and close the tunnel."""
+        """Release the client's lease (its locks) and close the tunnel; never raises."""
+        self._stopped.set()
         with self._lock:
-            self._close()
+            self._close_tunnel()
 
-    def _close(self) -> None:
-        backend, self._backend, self._through = self._backend, None, None
+    # ---- the tunnel ---------------------------------------------------------------------------
+
+    def _open(self, head: Node, config: BackendConfig) -> _Tunnel:
+        tunnel = _Tunnel(head)
+        tunnel.forward = LocalForward(
+            lambda: head.connection.transport, (head.address.private_address, ETCD_CLIENT_PORT),
+            lambda trouble, detail: self._trouble(tunnel, trouble, detail), timeout=self._timeout)
+        tunnel.backend = connect(BackendConfig(
+            endpoints=(f"127.0.0.1:{tunnel.forward.port}",), job_id=config.job_id,
+            ca_pem=config.ca_pem, cert_pem=config.cert_pem, key_pem=config.key_pem,
+        ))
+        return tunnel
+
+    def _close_tunnel(self) -> None:
+        tunnel, self._tunnel = self._tunnel, None
+        if tunnel is None:
+            return
         try:
-            if backend is not None:
-                backend.close()
+            tunnel.backend.close()  # revokes the lease: through a lost tunnel that fails fast
+        except Exception as exc:  # noqa: BLE001 - closing must not turn a clean exit into an error
+            (log.debug if tunnel.lost else log.warning)(
+                "pool %s: releasing the client's collections lease failed: %s", self._stack, exc)
         finally:
-            self._stack.close()
-            self._stack = contextlib.ExitStack()
+            tunnel.forward.close()
 
+    def _watch(self) -> None:
+        """Keep a connection to the head's etcd (opened as soon as the head is in service) and
+        ping it every ``PING_EVERY`` seconds until the pool closes."""
+        while not self._stopped.is_set():
+            try:
+                self.backend.ping()
+            except CollectionError:
+                tunnel = self._tunnel
+                if tunnel is not None and tunnel.lost is None:
+                    self._trouble(tunnel, Trouble.CLOSED_BY_TARGET, "a ping failed")
+            except Exception as exc:  # noqa: BLE001 - no head in service (yet, or any more)
+                log.debug("pool %s: no etcd to ping: %s", self._stack, exc)
+            self._stopped.wait(PING_EVERY)
 
-def _wait_listening(port: int, timeout: float) -> None:
-    """Wait until the tunnel listens on ``port``: Fabric binds it in a thread of its own, after
-    ``forward_local`` has returned, and a first call that comes too early is refused."""
-    deadline = time.monotonic() + min(timeout, 30.0)
-    while True:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+    def _trouble(self, tunnel: _Tunnel, trouble: Trouble, detail: str) -> None:
+        """What the tunnel saw go wrong: a closed connection is checked with a fresh channel;
+        a refused one, or a lost SSH connection, means the collections are lost."""
+        if self._stopped.is_set() or tunnel.lost is not None:
+            return
+        if trouble is Trouble.CLOSED_BY_TARGET:
+            try:
+                open_channel(tunnel.head.connection.transport, tunnel.forward.target,
+                             self._timeout).close()
+                return  # etcd still listens: gRPC reconnects through the tunnel by itself
+            except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds
+                trouble, detail = classify(exc), str(exc) or type(exc).__name__
+        self._lose(tunnel, lost_message(trouble, detail))
+
+    def _lose(self, tunnel: _Tunnel, message: str) -> None:
+        """Mark ``tunnel``'s etcd lost (once), refuse its connections, tell the user."""
+        with self._lost_lock:
+            if self._stopped.is_set() or tunnel.lost is not None:
                 return
-        if time.monotonic() > deadline:
-            raise ConnectionError(f"the SSH tunnel to the head's etcd did not open port {port}")
-        time.sleep(0.02)
+            tunnel.lost = message
+        tunnel.forward.refuse()
+        log.info("pool %s: %s", self._stack, message)  # the console shows the event
+        self._emit(CollectionsLost(stack=self._stack, message=message, node=0))
 
 
-def _free_local_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def lost_message(trouble: Trouble | None, detail: str) -> str:
+    """What the user is told when the collections are lost (``trouble`` None: the head node
+    was replaced), and why."""
+    if trouble is Trouble.REFUSED:
+        why = "etcd on the head node stopped (nothing accepts connections on its port)"
+        after = "collection calls raise CollectionError until the pool closes"
+    else:
+        why = ("the head node was replaced" if trouble is None else
+               f"the SSH connection to the head node was lost ({detail})")
+        after = ("collection calls raise CollectionError; a new head node starts with empty "
+                 "collections")
+    return (f"the distributed collections are lost: {why}. Every dict, set, counter, queue, "
+            f"lock and barrier of this pool, with its data, is gone; {after}")
+
+
+class _Tunnel:
+    """One head's tunnel and backend; ``lost`` says why its etcd is gone, once it is."""
+
+    def __init__(self, head: Node) -> None:
+        self.head = head
+        self.forward: LocalForward
+        self.backend: Backend
+        self.lost: str | None = None

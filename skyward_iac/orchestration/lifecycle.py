@@ -246,8 +246,11 @@ class PoolLifecycle:
         """From the first nodes on: the pool, its waits, and what watches it."""
         plan, options = self.plan, self.plan.options
         assert self.reconciler is not None and self.reconciler.outputs is not None
-        collections = ClientCollections(self.reconciler.outputs, plan.run_id, self._head,
-                                        options.provision_timeout or 600.0)
+        # The stack's latest outputs: a replaced head has a new address, so a new etcd CA.
+        reconciler, first = self.reconciler, self.reconciler.outputs
+        collections = ClientCollections(lambda: reconciler.outputs or first, plan.run_id,
+                                        self._head, options.provision_timeout or 600.0,
+                                        plan.stack_name, self.events.emit)
         self.pool = Pool(plan, self.dispatcher, self.membership, collections, self.events,
                          self.resize)
         self._teardown.add("nodes", self._close_nodes)
