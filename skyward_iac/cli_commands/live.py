@@ -114,6 +114,16 @@ def owner_running(stack: str, tags: dict[str, str]) -> bool:
     return gc.owner_state(StackRecord(stack, tags, 1), gc.look(())) == gc.RUNNING
 
 
+def owner_text(state: str, judged: str) -> str:
+    """``ls``'s word for a stack's owner from gc's ``owner_state`` (``running``, ``dead``,
+    ``elsewhere``) and, for another machine's stack, its lease (``held``, ``lapsed``, "")."""
+    if state == "running":
+        return "running"
+    if state == "dead" or judged == "lapsed":
+        return "gone"
+    return "alive elsewhere" if judged == "held" else "elsewhere, no lease"
+
+
 def live_stacks() -> list[LiveStack]:
     """Every stack that holds resources, newest first, its owner judged as gc judges it."""
     from skyward_iac.infra import gc
@@ -127,10 +137,8 @@ def live_stacks() -> list[LiveStack]:
         judged = ""
         if state == gc.ELSEWHERE and record.tags.get("lease_until"):
             judged = "lapsed" if gc.lease_reason(record, seen) else "held"
-        shown = {gc.RUNNING: "running", gc.DEAD: "gone"}.get(state) or {
-            "held": "alive elsewhere", "lapsed": "gone"}.get(judged, "elsewhere, no lease")
         rows.append(describe(record.name, record.tags, record.resource_count, seen.now,
-                             state == gc.RUNNING, shown, judged))
+                             state == gc.RUNNING, owner_text(state, judged), judged))
     return sorted(rows, key=lambda row: row.created_at or "", reverse=True)
 
 

@@ -37,16 +37,6 @@ LEASE_UNTIL = "lease_until"
 HOLDERS, SIGHTINGS = "holders", "lease-sightings.json"
 
 
-def lapsed(tags: Mapping[str, str], now: datetime) -> bool | None:
-    """Whether the lease in ``tags`` ended before ``now`` *on the same clock* (for a deadline
-    the judging machine wrote itself); None without one. Across machines, use
-    ``deadlines.lease_lapsed``."""
-    until = tags.get(LEASE_UNTIL)
-    if not until:
-        return None
-    return datetime.fromisoformat(until) <= now
-
-
 # ---- holder records: which process of this machine holds which stack --------------------------
 
 def _holders_dir() -> Path:

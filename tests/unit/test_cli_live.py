@@ -14,6 +14,7 @@ from skyward_iac.cli_commands.live import (
     describe,
     human_age,
     lease_text,
+    owner_text,
     tail_command,
 )
 
@@ -41,6 +42,22 @@ def test_ls_shows_the_lease(lease_until: str | None, shown: str) -> None:
     row = describe("gcp-bo-x", tags, 3, NOW, owner_running=False)
     assert lease_text(row) == shown
     assert row.lease_until == (lease_until or "")
+
+
+def test_another_machines_lease_is_shown_as_judged_not_as_time_left() -> None:
+    tags = {"owner": "bo@laptop", "lease_until": "2026-01-02T12:00:25+00:00"}
+    row = describe("gcp-bo-x", tags, 3, NOW, owner_running=False,
+                   owner_state=owner_text("elsewhere", "held"), lease_judged="held")
+    assert lease_text(row) == "held" and row.lease_left_s is None
+    assert row.owner_state == "alive elsewhere"
+
+
+@pytest.mark.parametrize(("state", "judged", "shown"), [
+    ("running", "", "running"), ("dead", "", "gone"), ("elsewhere", "held", "alive elsewhere"),
+    ("elsewhere", "lapsed", "gone"), ("elsewhere", "", "elsewhere, no lease"),
+])
+def test_owner_text(state: str, judged: str, shown: str) -> None:
+    assert owner_text(state, judged) == shown
 
 
 def test_describe_tolerates_a_stack_without_tags() -> None:

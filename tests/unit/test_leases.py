@@ -13,7 +13,7 @@ import pytest
 from skyward_iac.api.deadlines import MIN_LEASE, LeaseSighting
 from skyward_iac.infra import leases
 from skyward_iac.infra.gc import DEAD, ELSEWHERE, RUNNING, Look, collect_reason, owner_state
-from skyward_iac.infra.leases import LeaseRenewer, lapsed
+from skyward_iac.infra.leases import LeaseRenewer
 from skyward_iac.infra.tags import ProcessId, StackRecord
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -113,12 +113,6 @@ def test_sightings_are_remembered_across_looks(tmp_path: Path,
     assert (second.seen_at, second.renewed) == (60.0, True)
     # Another boot: the monotonic clock started again, so what was seen counts for nothing.
     assert leases.sight_leases({"s": "v2"}, 5.0, "b2")["s"] == LeaseSighting("v2", 5.0, "b2")
-
-
-def test_same_clock_lapse() -> None:
-    assert lapsed({"lease_until": PAST}, NOW) is True
-    assert lapsed({"lease_until": FUTURE}, NOW) is False
-    assert lapsed({}, NOW) is None
 
 
 def test_the_renewer_renews_changes_the_value_and_survives_a_failure(
