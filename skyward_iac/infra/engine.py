@@ -1,7 +1,7 @@
 """Finding the Pulumi engine and the environment every Pulumi command runs with.
 
 skyward_iac never downloads the engine: ``scripts/setup`` (tools/pulumi/build.sh) builds it from
-Go modules into ``~/.skyward/pulumi/<version>/bin``, with a guard compiled into its gRPC package
+Go modules into ``~/.skyward/pulumi/<version>/bin`` (the newest such build is used), with a guard compiled into its gRPC package
 that refuses every call from another local user (``GUARD_STAMP`` beside the binary says so).
 ``$SKYWARD_PULUMI_ROOT`` names another such build (``<root>/bin/pulumi``); a ``pulumi`` on PATH
 is used only when it has the stamp too: a stock engine serves any local user on 127.0.0.1.
@@ -59,22 +59,34 @@ def _version_of(binary: Path) -> str | None:
     return out.stdout.strip().removeprefix("v") or None
 
 
-def _at_least(found: str, wanted: str) -> bool:
-    def parts(v: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in v.split("-")[0].split(".") if p.isdigit())
+def _version_parts(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("-")[0].split(".") if p.isdigit())
 
-    return parts(found) >= parts(wanted)
+
+def _at_least(found: str, wanted: str) -> bool:
+    return _version_parts(found) >= _version_parts(wanted)
+
+
+def _builds(root: Path) -> list[Path]:
+    """The engines tools/pulumi/build.sh built under ``root`` (``v<version>/bin/pulumi``),
+    newest version first: the engine is pinned in tools/pulumi/go.mod, not to the SDK."""
+    found = [path for path in root.glob("v*/bin/pulumi") if path.is_file()]
+    return sorted(found, key=lambda path: _version_parts(path.parent.parent.name[1:]),
+                  reverse=True)
 
 
 @functools.cache
 def find_engine() -> Engine:
     """Locate the engine, or raise ``EngineNotFoundError`` saying exactly how to install it."""
     wanted = sdk_version()
-    cache = home.skyward_home() / "pulumi" / f"v{wanted}" / "bin"
     candidates: list[Path] = []
     if explicit := os.environ.get("SKYWARD_PULUMI_ROOT"):
         candidates.append(Path(explicit) / "bin" / "pulumi")
-    candidates.append(cache / "pulumi")
+    builds = _builds(home.skyward_home() / "pulumi")
+    candidates.extend(builds)
+    cache = builds[0].parent if builds else home.skyward_home() / "pulumi" / f"v{wanted}" / "bin"
+    if not builds:
+        candidates.append(cache / "pulumi")  # named in the error when nothing is built
     if on_path := shutil.which("pulumi"):
         candidates.append(Path(on_path))
     tried = []
@@ -102,7 +114,7 @@ def find_engine() -> Engine:
         f"no Pulumi engine >= {wanted} built with skyward_iac's same-user guard found "
         f"(tried: {', '.join(tried)}).\n"
         "Install it with `scripts/setup` from the skyward_iac checkout, or build just the engine "
-        "with `bash tools/pulumi/build.sh` (needs Go >= 1.25 and the Go module proxy), or set "
+        "with `bash tools/pulumi/build.sh` (needs Go >= 1.26.6 and the Go module proxy), or set "
         "SKYWARD_PULUMI_ROOT to a directory whose bin/ holds pulumi of that version."
     )
 

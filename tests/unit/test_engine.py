@@ -11,9 +11,12 @@ from skyward_iac.api.errors import EngineNotFoundError
 from skyward_iac.infra import engine, home
 
 
-def test_found_engine_matches_the_sdk_version() -> None:
+def test_found_engine_is_the_pinned_build_and_not_older_than_the_sdk() -> None:
     found = engine.find_engine()
-    assert found.version == engine.sdk_version()
+    go_mod = (Path(__file__).parents[2] / "tools" / "pulumi" / "go.mod").read_text().split()
+    pinned = go_mod[go_mod.index("github.com/pulumi/pulumi/pkg/v3") + 1]
+    assert found.version == pinned.removeprefix("v")
+    assert engine._at_least(found.version, engine.sdk_version())
     assert (found.launcher_dir / engine.LAUNCHER).is_file()
     assert (found.binary.parent / engine.GUARD_STAMP).is_file()
 

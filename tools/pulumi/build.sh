@@ -26,7 +26,7 @@ if [ -x "$DEST/pulumi" ] && [ "$(version_of "$DEST/pulumi")" = "$VERSION" ] \
 fi
 
 command -v go >/dev/null 2>&1 || {
-    say "Go is needed to build the Pulumi engine $VERSION: install Go 1.25 or newer and run again"
+    say "Go is needed to build the Pulumi engine $VERSION: install Go 1.26.6 or newer and run again"
     exit 1
 }
 say "building pulumi $VERSION from Go modules into $DEST (first time only; a few minutes)"
