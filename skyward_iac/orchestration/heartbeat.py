@@ -4,10 +4,11 @@ Each beat rewrites the file with a new beat count; the node's watchdog notes on 
 monotonic clock when it saw the file change (remote/watchdog.py on Local, the cloud-init
 watchdog on clouds), so no time of this machine travels with a beat and its clock cannot
 matter. While beats arrive, a node keeps living; when they stop for ``ttl`` seconds (this
-process died, lost the network, or the node is unreachable) the node stops itself. A node is beaten from its first SSH contact, through
-its bootstrap, until the pool closes, over an SFTP channel of its own: nothing else (the
-bootstrap's uploads, a closed cached client) can take it away. A failing beat is a warning at
-once; a node unreachable for ``ttl`` has stopped itself and is reported lost.
+process died, lost the network, or the node is unreachable) the node stops itself. A node is
+beaten from its first SSH contact, through its bootstrap, until the pool closes, over an SFTP
+channel of its own: nothing else (the bootstrap's uploads, a closed cached client) can take it
+away. A failing beat is a warning at once; a node unreachable for ``ttl`` has stopped itself
+and is reported lost.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ on the collector's own clock; on the owner's own machine, by whether a holder st
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from datetime import UTC, datetime, timedelta
@@ -96,8 +97,8 @@ def test_a_holder_recorded_on_this_machine_keeps_the_stack(tmp_path: Path,
     assert owner_state(rec, here) == DEAD
     assert "process of this machine and is gone" in (collect_reason(rec, here) or "")
     # A dead holder's record is no holder, and is removed once seen.
-    (tmp_path / leases.HOLDERS / "s.999999.json").write_text(
-        '{"host": "%s", "boot": "%s", "pid": 999999, "started": "1"}' % (me.host, me.boot))
+    (tmp_path / leases.HOLDERS / "s.999999.json").write_text(json.dumps(
+        {"host": me.host, "boot": me.boot, "pid": 999999, "started": "1"}))
     assert owner_state(rec, here) == DEAD
     assert not (tmp_path / leases.HOLDERS / "s.999999.json").exists()
     assert owner_state(stack(FUTURE), here) == ELSEWHERE
