@@ -30,6 +30,7 @@ from skyward_iac.infra.engine_command import EngineCommand
 from skyward_iac.infra.lean_stack import LeanStack
 from skyward_iac.infra.leases import LEASE_UNTIL
 from skyward_iac.infra.programs import ClusterRequest, program_for
+from skyward_iac.infra.programs.decisions import StackProgram
 from skyward_iac.infra.programs.pins import config_values, stack_pins
 from skyward_iac.infra.state_repair import repair as repair_state
 from skyward_iac.infra.tags import (
@@ -201,7 +202,19 @@ class ClusterStack:
                                     plan=str(plan) if plan else None)
         except auto.errors.CommandError as exc:
             raise _engine_error("up", self.name, exc) from None
+        self._store_decisions()
         return parse_outputs(result.outputs)
+
+    def _store_decisions(self) -> None:
+        """Store in the stack's config what the program decided for good in the engine run
+        that just succeeded (programs/decisions.py: image, zone, place, each node's image),
+        so later runs, from any process, declare the same; one engine command, only when a
+        run decided something new (the first update, a resize)."""
+        program = self._stack.workspace.program
+        values = program.unstored() if isinstance(program, StackProgram) else {}
+        if values:
+            self._stack.set_all_config({key: auto.ConfigValue(value)
+                                        for key, value in config_values(values).items()})
 
     def _node_urns(self, indexes: Sequence[int]) -> list[str]:
         """The URNs of the instances declared as ``node-<index>`` (every provider names them so)."""
@@ -285,6 +298,7 @@ class ClusterStack:
                                          plan=str(save_plan) if save_plan else None)
         except auto.errors.CommandError as exc:
             raise _engine_error("preview", self.name, exc) from None
+        self._store_decisions()  # the apply of a reviewed plan must declare what it previewed
         # Events arrive in the engine's (parallel) order; sort so two previews read the same.
         resources = tuple(sorted(
             (PlannedResource(op=str(step.op.value), type=step.type,

@@ -59,8 +59,9 @@ def known_keys(provider: str) -> tuple[str, ...]:
     """Every setting ``provider`` understands, in documentation order."""
     request_keys = REQUEST_KEYS if provider != "local" else ()
     provider_keys = _provider_keys(provider)
-    # Pins the program reads itself (programs/pins.py), e.g. awsAccountId; no Spec field.
-    pinned = tuple(key for key in PIN_KEYS[provider] if key not in provider_keys)
+    # Pins the program reads itself (programs/pins.py), e.g. awsAccountId or image; no Spec field.
+    pinned = tuple(key for key in PIN_KEYS[provider]
+                   if key not in provider_keys and key not in request_keys)
     return (*SPEC_KEYS, *ACCELERATOR_KEYS, *provider_keys, *request_keys, *pinned)
 
 
@@ -139,6 +140,8 @@ def cluster_request(provider: str, settings: Mapping[str, Any], stack_name: str)
     if market not in (None, "spot", "on-demand"):
         raise ConfigError(f"market must be 'spot' or 'on-demand', got {market!r}")
     lifetime = settings.get("maxLifetime")
+    # 0 is "no cap", as a stack created without one stores it (programs/decisions.py).
+    max_lifetime = (_number(int, "maxLifetime", lifetime) or None) if lifetime else None
     created = settings.get("createdAt")
     try:
         created_at = datetime.fromisoformat(str(created)) if created else None
@@ -147,7 +150,7 @@ def cluster_request(provider: str, settings: Mapping[str, Any], stack_name: str)
                           f"2026-01-01T00:00:00+00:00, got {created!r}") from None
     return ClusterRequest(
         stack_name=stack_name, spec=spec, node_count=spec.nodes.desired, offer=offer,
-        market=market, max_lifetime=_number(int, "maxLifetime", lifetime) if lifetime else None,
+        market=market, max_lifetime=max_lifetime,
         created_at=created_at, max_nodes=spec.nodes.max or spec.nodes.desired,
     )
 

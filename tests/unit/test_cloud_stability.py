@@ -69,6 +69,9 @@ def test_placement_is_decided_from_the_pools_maximum() -> None:
     alone = common.plan_cluster(ClusterRequest("s", spec, 1))
     elastic = common.plan_cluster(ClusterRequest("s", spec, 1, max_nodes=4))
     assert not alone.placement and elastic.placement
+    # A fixed pool created with one node and resized to two keeps its head as it was.
+    resized = common.plan_cluster(ClusterRequest("s", spec, 2, max_nodes=1))
+    assert not resized.placement
 
 
 def test_tags_do_not_move_with_the_clock() -> None:

@@ -106,7 +106,12 @@ def test_cpu_nodes_migrate_and_boot_plain_ubuntu_for_their_architecture() -> Non
     mocks, _ = run(gcp_spec(CPU, architecture="arm64", allocation="on-demand"))
     inputs = mocks.of_type(INSTANCE)[0].inputs
     assert inputs["machineType"].startswith("t2a-")
-    assert inputs["bootDisk"]["initializeParams"]["image"].endswith("/ubuntu-2204-lts-arm64")
+    # The newest image of the family, by its self link (never the family itself).
+    (lookup,) = [a for token, a in mocks.calls if token == "gcp:compute/getImage:getImage"]
+    assert (lookup["project"], lookup["family"]) == ("ubuntu-os-cloud", "ubuntu-2204-lts-arm64")
+    assert inputs["bootDisk"]["initializeParams"]["image"] == (
+        "https://www.googleapis.com/compute/v1/projects/ubuntu-os-cloud/global/images/"
+        "ubuntu-2204-lts-arm64-v20260101")
     assert inputs["scheduling"]["onHostMaintenance"] == "MIGRATE"
 
 

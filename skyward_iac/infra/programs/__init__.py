@@ -33,9 +33,10 @@ class ClusterRequest:
     ``collections`` adds the etcd certificates (``ClusterPKI``) for the head node's etcd.
     ``on_demand_nodes``: indexes of nodes that run on demand although the market is spot (the
     cloud refused their spot launch; see ``infra/spot_fallback.py``). ``max_nodes``: the most
-    nodes the pool may grow to (default: ``node_count``); what a node's inputs depend on
-    (placement, tags) is decided from it and ``created_at`` once per stack, so a resize or a
-    fallback never changes, and so never replaces, a running node.
+    nodes the pool may grow to (default: ``node_count``; placement is decided from it). A stack
+    stores what its first run decided from these fields (``decisions.py``: place, zone, image,
+    tags, lifetime, maximum) and later runs declare the stored values, so a resize, a fallback
+    or another process's request never changes, and so never replaces, a running node.
     """
 
     stack_name: str

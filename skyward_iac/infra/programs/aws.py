@@ -6,7 +6,9 @@ never depends on the caller's ambient region or account; every resource carries 
 tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market options
 (one-time, terminate on interruption, max price = the spec's cost cap), so every node has the
 same outputs and is replaced the same way. Multi-node pools of EFA instance types attach
-through a launch template whose primary interface is an EFA (``aws_network.uses_efa``).
+through a launch template whose primary interface is an EFA (``aws_network.uses_efa``). The
+AMI (an id, looked up once) and the zone are decided by the stack's first run and declared
+again by every later one (``decisions.py``), as are the tags and lifetime in each node's inputs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest, common, pins
+from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
 from skyward_iac.infra.programs.aws_network import (
     Network,
     cluster_network,
@@ -31,6 +33,7 @@ from skyward_iac.infra.programs.aws_network import (
     uses_efa,
 )
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
+from skyward_iac.infra.programs.decisions import Decided, Recorder, StackProgram
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 from skyward_iac.infra.programs.host_key import node_boot
 
@@ -85,40 +88,43 @@ def market_options(plan: ClusterPlan,
 
 
 def aws_program(request: ClusterRequest,
-                ssh_cidr_lookup: Callable[[], str] | None = None) -> Callable[[], None]:
+                ssh_cidr_lookup: Callable[[], str] | None = None) -> StackProgram:
     """The program for ``request`` on AWS; the plan (offer, market, disk) is checked now."""
     plan = common.plan_cluster(request)
     ami = ami_query(plan.offer)
     common.check_disk(plan, ami.min_disk_gb, ami.name)
     provider_config = request.spec.provider
 
-    def program() -> None:
-        stored = pins.read_pins("aws")
+    def declare(stored: Mapping[str, str], record: Recorder) -> dict[str, Any]:
+        decided = decisions.decide(request, stored)
+        record.identity(decided)
         ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
                                         ssh_cidr_lookup)
         use_default_vpc = bool(getattr(provider_config, "use_default_vpc", True))
-        exports = declare_cluster(plan, ami, ssh_cidr, use_default_vpc,
-                                  stored.get(pins.AWS_ACCOUNT_ID))
-        common.export_cluster({**exports, **volume_exports(request)})
+        exports = declare_cluster(decided.plan(request), decided, record, ssh_cidr,
+                                  use_default_vpc, stored.get(pins.AWS_ACCOUNT_ID))
+        return {**exports, **volume_exports(request)}
 
-    return program
+    return StackProgram("aws", declare)
 
 
-def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default_vpc: bool,
-                    account_id: str | None = None) -> dict[str, Any]:
+def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, ssh_cidr: str,
+                    use_default_vpc: bool, account_id: str | None = None) -> dict[str, Any]:
     """Declare every resource of the cluster and return the outputs to export.
 
     ``account_id``: the only account the provider may act in (stacks pin it at creation), so
     credentials of another account fail instead of reading every resource as gone.
     """
     tags = dict(plan.tags)
-    provider = aws.Provider("aws", region=plan.offer.region, default_tags={"tags": tags},
-                            allowed_account_ids=[account_id] if account_id else None)
+    provider = aws.Provider(
+        "aws", region=plan.offer.region, default_tags=aws.ProviderDefaultTagsArgs(tags=tags),
+        allowed_account_ids=[account_id] if account_id else None)
     opts = pulumi.ResourceOptions(provider=provider)
     invoke = pulumi.InvokeOptions(provider=provider)
     credentials = StackCredentials("credentials", stack=plan.stack_name)
 
-    network = cluster_network(plan, use_default_vpc, opts, invoke)
+    network = cluster_network(plan, use_default_vpc, opts, invoke, decided.zone)
+    record.record(pins.ZONE, network.availability_zone)
     efa = uses_efa(plan)
     group = _security_group(plan, network, common.ingress_rules(ssh_cidr), opts, efa)
     attach = _efa_attachment(plan, network, group, opts) if efa else _plain_attachment(
@@ -130,20 +136,18 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default
     placement = aws.ec2.PlacementGroup(
         "placement", strategy="cluster", tags=tags, opts=opts,
     ) if plan.placement else None
-    image = aws.ec2.get_ami_output(
-        most_recent=True, owners=list(ami.owners),
-        filters=[aws.ec2.GetAmiFilterArgs(name=name, values=[value]) for name, value in (
-            ("name", ami.name), ("architecture", ami.architecture),
-            ("root-device-type", "ebs"), ("virtualization-type", "hvm"))],
-        opts=invoke,
-    )
+    image = decided.image or newest_ami(ami_query(plan.offer), invoke)
+    record.record(pins.IMAGE, image)
+    images = {index: decided.nodes[index].image if index in decided.nodes else image
+              for index in range(plan.node_count)}
+    record.nodes(images)
     profile = volume_instance_profile(plan, opts)
     nodes = []
     for index in range(plan.node_count):
         host_key, user_data = node_boot(plan, credentials, index)
         instance = aws.ec2.Instance(
             f"node-{index}",
-            ami=image.id,
+            ami=images[index],
             instance_type=plan.offer.machine_type,
             key_name=key.key_name,
             placement_group=placement.name if placement else None,
@@ -162,13 +166,25 @@ def declare_cluster(plan: ClusterPlan, ami: AmiQuery, ssh_cidr: str, use_default
             # Only with bucket volumes: otherwise the node holds no AWS credentials at all.
             iam_instance_profile=profile.name if profile else None,
             tags={**tags, "Name": f"{plan.stack_name}-node-{index}", "skyward-node": str(index)},
-            # A newer AMI published later must not replace running nodes on the next `up`.
+            # Nodes of stacks that predate the stored image were created with whatever AMI was
+            # newest then: the one declared now must not replace them.
             opts=pulumi.ResourceOptions(provider=provider, ignore_changes=["ami"]),
             **attach,
         )
         nodes.append(common.node_output(index, instance.private_ip, instance.public_ip,
                                         host_key.public_key))
     return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)
+
+
+def newest_ami(ami: AmiQuery, invoke: pulumi.InvokeOptions) -> pulumi.Output[str]:
+    """The id of the newest AMI ``ami`` describes in the provider's region."""
+    return aws.ec2.get_ami_output(
+        most_recent=True, owners=list(ami.owners),
+        filters=[aws.ec2.GetAmiFilterArgs(name=name, values=[value]) for name, value in (
+            ("name", ami.name), ("architecture", ami.architecture),
+            ("root-device-type", "ebs"), ("virtualization-type", "hvm"))],
+        opts=invoke,
+    ).id
 
 
 def _plain_attachment(network: Network, group: aws.ec2.SecurityGroup) -> dict[str, Any]:

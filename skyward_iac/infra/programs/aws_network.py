@@ -2,7 +2,8 @@
 attach to it (an EFA for multi-node pools of types that have one).
 
 Both paths put every node in one subnet of one availability zone (placement groups and low
-latency between nodes need it), picked among the zones that offer the instance type.
+latency between nodes need it), picked among the zones that offer the instance type by the
+stack's first run and kept for the stack's life (``decisions.py``).
 """
 
 from __future__ import annotations
@@ -42,15 +43,26 @@ def first_zone(locations: list[str]) -> str:
 
 
 def cluster_network(plan: ClusterPlan, use_default_vpc: bool, opts: pulumi.ResourceOptions,
-                    invoke: pulumi.InvokeOptions) -> Network:
-    """The network for ``plan``: the default VPC (``AWS(use_default_vpc=True)``) or a new one."""
+                    invoke: pulumi.InvokeOptions, zone: str | None = None) -> Network:
+    """The network for ``plan``: the default VPC (``AWS(use_default_vpc=True)``) or a new one,
+    in ``zone`` (the stack's, ``decisions.py``), else the first offering the type."""
+    zone_output = pulumi.Output.from_input(zone) if zone else offering_zone(plan, invoke)
+    return _network(plan, use_default_vpc, opts, invoke, zone_output)
+
+
+def offering_zone(plan: ClusterPlan, invoke: pulumi.InvokeOptions) -> pulumi.Output[str]:
+    """The first zone of the region that offers the plan's instance type (``first_zone``)."""
     offerings = aws.ec2.get_instance_type_offerings_output(
         location_type="availability-zone",
         filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(
             name="instance-type", values=[plan.offer.machine_type])],
         opts=invoke,
     )
-    zone = offerings.locations.apply(first_zone)
+    return offerings.locations.apply(first_zone)
+
+
+def _network(plan: ClusterPlan, use_default_vpc: bool, opts: pulumi.ResourceOptions,
+             invoke: pulumi.InvokeOptions, zone: pulumi.Output[str]) -> Network:
     if use_default_vpc:
         vpc = aws.ec2.get_vpc_output(default=True, opts=invoke)
         subnet = aws.ec2.get_subnet_output(

@@ -96,9 +96,10 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
         # Never pay more than the user's cap, even if the spot price moves after selection.
         spot_max_price=spec.max_hourly_cost if market == "spot" else None,
         # Collective GPU traffic wants nodes close together; a pool that can never have two
-        # nodes has no neighbours. Decided from the pool's maximum, not today's count: turning
-        # placement on at a 1 -> 2 resize would recreate the running head node.
-        placement=accelerated and max(request.max_nodes or 0, request.node_count) > 1,
+        # nodes has no neighbours. Decided from the pool's maximum as the stack stored it
+        # (decisions.py), never today's count: turning placement on at a resize would recreate
+        # the running head node, so a fixed pool created with one node keeps none.
+        placement=accelerated and (request.max_nodes or request.node_count) > 1,
         tags=resource_tags(request),
         identity_volumes=identity_volumes(request),
         on_demand_nodes=request.on_demand_nodes if market == "spot" else frozenset(),

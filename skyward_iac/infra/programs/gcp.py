@@ -4,13 +4,18 @@ Every resource goes through one explicit ``gcp.Provider`` (project, region and z
 carries the cluster labels. Spot nodes use ``provisioning_model="SPOT"`` with termination action
 DELETE; ``max_run_duration`` (when the request sets ``max_lifetime``) makes GCP delete a node at
 that age even if its watchdog never ran, which the in-node dead-man switch cannot guarantee.
-A3 nodes get a gVNIC network interface, which their machine family requires.
+A3 nodes get a gVNIC network interface, which their machine family requires. The boot image
+is a specific image (its self link, the family's newest when the stack's first run looked it
+up), never the family itself: terraform-provider-google's ``DiskImageDiffSuppress`` cannot
+match Canonical's accelerator family to its images, and a family would give nodes created later
+another image. The image, the zone of each node and the request's tags and lifetime are decided
+once per stack (``decisions.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +27,10 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.credentials import StackCredentials
 from skyward_iac.infra.offers import Offer
-from skyward_iac.infra.programs import ClusterRequest, common, pins
+from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
+from skyward_iac.infra.programs.decisions import Decided, Recorder, StackProgram
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
 from skyward_iac.infra.programs.host_key import node_boot
 
@@ -37,12 +43,20 @@ GVNIC_FAMILIES = ("a3",)
 
 @dataclass(frozen=True, slots=True)
 class BootImage:
-    """A boot image family (the newest image of it is used at creation) and its size."""
+    """A boot image family (``projects/P/global/images/family/F``; a stack uses its newest
+    image at creation) and its size."""
 
     family: str
     min_disk_gb: int
     #: The GPU driver the image ships (``common.DRIVER_RUNS``), None without one.
     driver: str | None = None
+
+    def newest(self, invoke: pulumi.InvokeOptions) -> pulumi.Output[str]:
+        """The self link of the family's newest image (``compute.getImage``)."""
+        project, family = self.family.removeprefix("projects/").split(
+            "/global/images/family/")
+        return gcp.compute.get_image_output(family=family, project=project,
+                                            opts=invoke).self_link
 
 
 def boot_image(offer: Offer) -> BootImage:
@@ -86,7 +100,6 @@ def scheduling(plan: ClusterPlan, node: int) -> gcp.compute.InstanceSchedulingAr
         block["instance_termination_action"] = "DELETE"
     # Typed: a misspelled field is a TypeError here, not an input the mocks would accept.
     return gcp.compute.InstanceSchedulingArgs(**block)
-    return block
 
 
 def compact_placement(plan: ClusterPlan) -> bool:
@@ -113,29 +126,32 @@ def firewall_args(rule: IngressRule, tag: str) -> dict[str, Any]:
 
 
 def gcp_program(request: ClusterRequest,
-                ssh_cidr_lookup: Callable[[], str] | None = None) -> Callable[[], None]:
+                ssh_cidr_lookup: Callable[[], str] | None = None) -> StackProgram:
     """The program for ``request`` on GCP; the plan (offer, market, disk, zone) is checked now."""
     plan = common.plan_cluster(request)
     image = boot_image(plan.offer)
     common.check_disk(plan, image.min_disk_gb, image.family.rsplit("/", 1)[-1])
     provider_config = request.spec.provider
-    zone = zone_for(plan.offer, request.zone or getattr(provider_config, "zone", None))
+    # A row that lists no zone fails now, before any stack exists.
+    zone_for(plan.offer, request.zone or getattr(provider_config, "zone", None))
     project = getattr(provider_config, "project", None)
 
-    def program() -> None:
-        stored = pins.read_pins("gcp")
+    def declare(stored: Mapping[str, str], record: Recorder) -> dict[str, Any]:
+        decided = decisions.decide(request, stored)
+        record.identity(decided)
+        zone = decided.zone or zone_for(decided.offer, getattr(provider_config, "zone", None))
         ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
                                         ssh_cidr_lookup)
         # The project stored at creation, so the provider never falls back to the caller's.
-        exports = declare_cluster(plan, image, zone, stored.get(pins.GCP_PROJECT) or project,
-                                  ssh_cidr)
-        common.export_cluster({**exports, **volume_exports(request)})
+        exports = declare_cluster(decided.plan(request), decided, record, zone,
+                                  stored.get(pins.GCP_PROJECT) or project, ssh_cidr)
+        return {**exports, **volume_exports(request)}
 
-    return program
+    return StackProgram("gcp", declare)
 
 
-def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str | None,
-                    ssh_cidr: str) -> dict[str, Any]:
+def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, zone: str,
+                    project: str | None, ssh_cidr: str) -> dict[str, Any]:
     """Declare every resource of the cluster and return the outputs to export."""
     labels = common.gcp_labels(plan.tags)
     region = plan.offer.region
@@ -164,6 +180,14 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
         opts=opts,
     ) if compact_placement(plan) else None
 
+    image = decided.image or boot_image(plan.offer).newest(pulumi.InvokeOptions(
+        provider=provider))
+    record.record(pins.ZONE, zone)
+    record.record(pins.IMAGE, image)
+    pinned = {index: decided.nodes.get(index) for index in range(plan.node_count)}
+    images = {i: pin.image if pin else image for i, pin in pinned.items()}
+    zones = {i: pin.zone if pin and pin.zone else zone for i, pin in pinned.items()}
+    record.nodes(images, zones)
     guest = plan.offer.guest_accelerator
     account = node_service_account(plan, opts)
     nodes = []
@@ -173,12 +197,12 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
         instance = gcp.compute.Instance(
             f"node-{index}",
             name=name(f"node-{index}"),
-            zone=zone,
+            zone=zones[index],
             machine_type=plan.offer.machine_type,
             boot_disk=gcp.compute.InstanceBootDiskArgs(
                 auto_delete=True,
                 initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
-                    image=image.family, size=plan.disk_gb,
+                    image=images[index], size=plan.disk_gb,
                     type=plan.offer.boot_disk_type or "pd-balanced", labels=labels,
                 ),
             ),
@@ -202,11 +226,14 @@ def declare_cluster(plan: ClusterPlan, image: BootImage, zone: str, project: str
             # The stack's own account: delete on this instance alone (the watchdog's fire
             # path) and the volumes' buckets; none at all without a ttl or volumes.
             service_account=account.block if account is not None else None,
-            opts=opts,
+            # Nodes of stacks that predate the stored image were created from a family: the
+            # image declared now must not replace them.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                ignore_changes=["bootDisk.initializeParams.image"])),
         )
         if account is not None and plan.ttl > 0:
             gcp.compute.InstanceIAMMember(
-                f"node-{index}-self-delete", instance_name=instance.name, zone=zone,
+                f"node-{index}-self-delete", instance_name=instance.name, zone=zones[index],
                 role=SELF_DELETE_ROLE, member=account.email.apply(
                     lambda email: f"serviceAccount:{email}"), opts=opts)
         interface = instance.network_interfaces[0]

@@ -1,11 +1,13 @@
-"""What a cloud stack pins when it is created: the SSH CIDR, the AWS account, the GCP project.
+"""What a cloud stack pins: the SSH CIDR, the AWS account, the GCP project, and what its nodes
+were created with.
 
-Each is resolved once, by the machine that creates the stack (``stack_pins``), and stored in
-the stack's config as ``skyward:<key>``; every later program run reads it back (``read_pins``)
-instead of asking again, so an update from another network, or from a shell whose default
-account or project differs, declares the same inputs. The explicit provider resource carries
-the account or project into the state, where ``refresh``, ``destroy`` and ``gc`` use it without
-running the program.
+The first three are resolved once, by the machine that creates the stack (``stack_pins``), and
+stored in the stack's config as ``skyward:<key>``; every later program run reads them back
+(``read_pins``) instead of asking again, so an update from another network, or from a shell
+whose default account or project differs, declares the same inputs. The explicit provider
+resource carries the account or project into the state, where ``refresh``, ``destroy`` and
+``gc`` use it without running the program. The others (``DECIDED``) are decided by the stack's
+first successful run and stored after it (``decisions.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,16 @@ NAMESPACE = "skyward"
 SSH_CIDR = "sshCidr"
 AWS_ACCOUNT_ID = "awsAccountId"
 GCP_PROJECT = "project"
+#: Decided by a stack's first run (decisions.py): provider, region and instance type; the zone
+#: and image of new nodes; each node's image (and GCP zone); the resource tags, lifetime cap and
+#: pool maximum of the request that created the stack.
+PLACE, ZONE, IMAGE, NODES = "place", "zone", "image", "nodes"
+TAGS, MAX_LIFETIME, MAX_NODES = "tags", "maxLifetime", "maxNodes"
+DECIDED = (PLACE, ZONE, IMAGE, NODES, TAGS, MAX_LIFETIME, MAX_NODES)
 #: The keys each provider pins (also settings of the ``stacks/`` projects, same meaning).
 PIN_KEYS: dict[str, tuple[str, ...]] = {
-    "local": (), "aws": (SSH_CIDR, AWS_ACCOUNT_ID), "gcp": (SSH_CIDR, GCP_PROJECT)}
+    "local": (), "aws": (SSH_CIDR, AWS_ACCOUNT_ID, *DECIDED),
+    "gcp": (SSH_CIDR, GCP_PROJECT, *DECIDED)}
 
 
 @dataclass(frozen=True, slots=True)
