@@ -46,6 +46,7 @@ def run_summary(name: str, tags: dict[str, str], resources: int,
 
     ``updates``: the stack's update history, newest first (read through the CLI when None).
     """
+    from skyward_iac.infra import access
     from skyward_iac.infra.stack import ClusterStack
 
     if updates is None:
@@ -70,6 +71,8 @@ def run_summary(name: str, tags: dict[str, str], resources: int,
         "ended": (destroy.message or "destroyed") if destroy else
                  ("running" if resources else "never provisioned"),
         "result": destroy.result if destroy else None,
+        # Who reached its nodes with ssh, forward or cp, and when (newest first).
+        "access": access.listing(tags),
     }
 
 

@@ -13,11 +13,16 @@ any local user can connect to 127.0.0.1. Each of these servers, run by us, is bu
 The rule is the same for all: the peer's loopback socket is looked up in ``/proc/net/tcp``
 (and ``tcp6``) to find the uid that owns it; a call from any other uid, or from a socket that
 cannot be found, gets ``PERMISSION_DENIED`` before its request is read by the servicer.
+
+Plain TCP servers (the port forwards of ``pool.forward`` and ``skyward-iac forward``) apply the
+same rule to each accepted socket with ``accepted_socket_owner``, and close the others.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,45 @@ def socket_owner(peer: str, server_port: int,
         return None
     ends = {(f"{loopback}:{int(port_text):04X}", f"{loopback}:{server_port:04X}")
             for loopback in _LOOPBACK}
+    return _owner_in_tables(ends, tables)
+
+
+def accepted_socket_owner(conn: socket.socket,
+                          tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6"),
+                          ) -> int | None:
+    """The uid owning the client end of ``conn``, a TCP socket our server accepted on an IPv4
+    address, or None when it is not found (the connection is then refused). Both ends are
+    matched, as in ``socket_owner``."""
+    try:
+        (peer_host, peer_port), (our_host, our_port) = conn.getpeername(), conn.getsockname()
+        peer, ours = _proc_address(peer_host), _proc_address(our_host)
+    except (OSError, ValueError):  # closed meanwhile, or not an IPv4 socket
+        return None
+    # The client's socket lists the client as its local end; an IPv4 client of a dual-stack
+    # server shows in tcp6 with IPv4-mapped addresses.
+    ends = {(f"{peer}:{peer_port:04X}", f"{ours}:{our_port:04X}"),
+            (f"{_MAPPED}{peer}:{peer_port:04X}", f"{_MAPPED}{ours}:{our_port:04X}")}
+    return _owner_in_tables(ends, tables)
+
+
+def from_this_user(conn: socket.socket) -> bool:
+    """Whether ``conn``'s client is a socket of this process's user (``accepted_socket_owner``);
+    the check a plain server on loopback makes before it serves a connection."""
+    return accepted_socket_owner(conn) == os.getuid()
+
+
+def _proc_address(host: str) -> str:
+    """An IPv4 address as /proc/net/tcp writes it: its 32 bits in host byte order, in hex."""
+    return f"{struct.unpack('=I', socket.inet_aton(host))[0]:08X}"
+
+
+#: The first 96 bits of an IPv4-mapped IPv6 address as /proc/net/tcp6 writes them.
+_MAPPED = "0000000000000000" + f"{struct.unpack('=I', bytes((0, 0, 255, 255)))[0]:08X}"
+
+
+def _owner_in_tables(ends: set[tuple[str, str]], tables: tuple[str, ...]) -> int | None:
+    """The uid of the first socket in ``tables`` whose (local, remote) addresses are among
+    ``ends``."""
     for table in tables:
         try:
             lines = Path(table).read_text().splitlines()[1:]

@@ -356,6 +356,11 @@ class ClusterStack:
             if stored.get(key) != value:
                 self._stack.set_tag(TAG_PREFIX + key, value)
 
+    def add_tag(self, key: str, value: str) -> None:
+        """Write one tag of its own (``key`` without the prefix: an access entry); one engine
+        command, no update, so it never waits for or blocks the owner's updates."""
+        self._stack.set_tag(TAG_PREFIX + key, value)
+
     def tags(self) -> dict[str, str]:
         """The skyward tags, without their prefix."""
         return skyward_tags(self._stack.workspace.list_tags(self.name))

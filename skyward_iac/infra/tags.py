@@ -34,6 +34,8 @@ DOWN_BY = "down_by"
 #: Set while a warm pool's keeper keeps the stack's nodes for their next user (ISO time).
 WARM_UNTIL = "warm_until"
 RUN_TAG = "run"
+#: The prefix of the access log's entries (``infra/access.py``): each is a tag of its own.
+ACCESS = "access."
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +128,8 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
 
 def encode_tags(tags: Mapping[str, str]) -> dict[str, str]:
     """The backend form: separate tags plus one ``run`` tag holding the others as JSON."""
-    separate = {k: v for k, v in tags.items() if k in SEPARATE_TAGS}
-    rest = {k: v for k, v in tags.items() if k not in SEPARATE_TAGS}
+    separate = {k: v for k, v in tags.items() if k in SEPARATE_TAGS or k.startswith(ACCESS)}
+    rest = {k: v for k, v in tags.items() if k not in separate}
     return {**separate, RUN_TAG: json.dumps(rest, separators=(",", ":"), sort_keys=True)}
 
 
