@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError, StackNotFoundError
-from skyward_iac.cli_commands import lifecycle, live, offers, paths, preview
+from skyward_iac.cli_commands import debug, lifecycle, live, offers, paths, preview
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -26,13 +26,16 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from skyward_iac.infra import access
     from skyward_iac.infra.stack import ClusterStack
 
     stack = ClusterStack.select(args.stack)
     updates = stack.history()
+    tags = stack.tags()
     report = {
         "stack": args.stack,
-        "tags": stack.tags(),
+        "tags": {k: v for k, v in tags.items() if not k.startswith(access.ACCESS)},
+        "access": access.listing(tags),
         "resources": stack.resource_count(),
         "updates": [
             {"version": u.version, "kind": u.kind, "result": u.result,
@@ -51,6 +54,10 @@ def _show(args: argparse.Namespace) -> int:
     for u in report["updates"]:
         changes = ", ".join(f"{k} {v}" for k, v in u["changes"].items()) or "no changes"
         print(f"  #{u['version']:<3} {u['kind']:<8} {u['result']:<10} {u['start']}  {changes}")
+    if report["access"]:
+        print("access: ssh, forward, cp (newest first):")
+        for entry in report["access"]:
+            print(f"  {entry['at']}  {entry['by']}  {entry['action']}")
     return 0
 
 
@@ -69,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
     preview.add_parser(commands)
     lifecycle.add_commands(commands)
     live.add_commands(commands)
+    debug.add_commands(commands)
     return root
 
 

@@ -1,9 +1,11 @@
 """Inspecting what a stack left on this machine: processes and sandboxes of Local nodes, and
-the TCP ports a process listens on."""
+the TCP ports a process listens on; another user's view of a local port."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from skyward_iac.infra.home import local_nodes_dir
@@ -44,3 +46,25 @@ def listening_ports(pid: int) -> set[int]:
             if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
                 ports.add(int(fields[1].split(":")[1], 16))
     return ports
+
+
+_GET = """
+import socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30) as s:
+    s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+    try:
+        print(repr(s.recv(100)))
+    except ConnectionResetError:
+        print("reset")
+"""
+
+
+def http_get_as_nobody(port: int) -> str:
+    """What user ``nobody`` reads back for an HTTP GET on ``127.0.0.1:port``: the repr of the
+    first bytes (``b\'\'`` for a connection closed unanswered), or ``reset``."""
+    done = subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+         "-c", _GET, str(port)], capture_output=True, text=True, timeout=60, cwd="/",
+        env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()

@@ -8,6 +8,8 @@ head node.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, as_completed
@@ -26,6 +28,7 @@ from skyward_iac.collections import (
     Queue,
     Set,
 )
+from skyward_iac.infra.same_user import from_this_user
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
 from skyward_iac.observability.streams import write_lines
@@ -36,10 +39,12 @@ from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.notebook import cell_context
 from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.remote.calls import pack_call, pack_function
+from skyward_iac.remote.forward import LocalForward, Trouble
 from skyward_iac.remote.protocol import PickledFunction
 
 T = TypeVar("T")
 R = TypeVar("R")
+log = logging.getLogger("skyward")
 
 
 def print_output(node: int, stream: str, text: str) -> None:
@@ -215,6 +220,47 @@ class Pool:
         if chunk:
             self._enqueue(chunk)
         return futures
+
+    # ---- ports -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def forward(self, remote_port: int, node: int | str = 0, *,
+                local_port: int = 0) -> Iterator[int]:
+        """Forward a port of this machine to ``remote_port`` on ``node``'s loopback (a
+        TensorBoard, a Jupyter server, a dashboard a task started) for the ``with`` block, which
+        gets the local port: ``local_port``, or a free one when 0.
+
+        It listens on 127.0.0.1 only and serves this user only: another local user's
+        connections are closed (``infra/same_user.py``). Each connection goes through the
+        node's SSH connection (a replacement node's, after a replacement); one the node cannot
+        open (nothing listens there yet) is closed at once, and logged.
+        """
+        index = self._node_index(node) if node is not None else None
+        if index is None:
+            raise ConfigError("forward needs a node: 'head' or a node rank, not None")
+        for name, port, low in (("remote_port", remote_port, 1), ("local_port", local_port, 0)):
+            if not isinstance(port, int) or isinstance(port, bool) or not low <= port <= 65535:
+                raise ConfigError(f"forward needs {low} <= {name} <= 65535, got {port!r}")
+
+        def transport() -> Any:
+            serving = next((n for n in self.nodes if n.address.index == index), None)
+            return serving.connection.transport if serving is not None else None
+
+        told: set[Trouble] = set()
+
+        def on_trouble(trouble: Trouble, detail: str) -> None:
+            if trouble is not Trouble.CLOSED_BY_TARGET:  # how HTTP servers end connections
+                (log.debug if trouble in told else log.warning)(
+                    "pool %s: a connection forwarded to port %d on node %s was closed: %s",
+                    self.stack_name, remote_port, index, detail)
+                told.add(trouble)
+
+        forward = LocalForward(transport, ("127.0.0.1", remote_port), on_trouble,
+                               local_port=local_port, accept=from_this_user)
+        try:
+            yield forward.port
+        finally:
+            forward.close()
 
     # ---- distributed collections (the same ones tasks see) ---------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -9,10 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from skyward_iac.cli import main
 from skyward_iac.infra.stack import ClusterStack
 from tests.helpers import stack_processes, stack_sandboxes
 
@@ -53,6 +56,22 @@ class Child:
 
     def finish(self, timeout: float = 180) -> int:
         return self.process.wait(timeout)
+
+
+@contextlib.contextmanager
+def holding_pool(nodes: int, ttl: int) -> Iterator[Child]:
+    """A child process holding a Local pool of ``nodes`` open (``idle``) for the block; killed
+    after it, and its stack taken down if the block left it up."""
+    child = Child(nodes=nodes, ttl=ttl, mode="idle")
+    try:
+        child.wait_for(r"^READY ")
+        assert child.stack is not None
+        yield child
+    finally:
+        child.signal(signal.SIGKILL)
+        child.finish(30)
+        if child.stack and ClusterStack.select(child.stack).resource_count():
+            main(["down", child.stack, "--force"])
 
 
 def wait_until_gone(stack: str, timeout: float) -> float:

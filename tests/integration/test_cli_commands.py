@@ -21,26 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.cli import main
 from skyward_iac.cli_commands.live import NOT_FOUND, REFUSED
 from skyward_iac.infra.stack import ClusterStack
-from tests.chaos.test_lifecycle_chaos import ROOT, Child, wait_until_gone
+from tests.chaos.test_lifecycle_chaos import ROOT, Child, holding_pool, wait_until_gone
 from tests.unit.test_cli_offers import run as cli  # skyward-iac in this process: code, out, err
 
 
 @pytest.fixture(scope="module")
 def owner() -> Iterator[Child]:
     """A child process holding a 1-node Local pool open (its stack is the one under test)."""
-    child = Child(nodes=1, ttl=120, mode="idle")
-    try:
-        child.wait_for(r"^READY ")
-        assert child.stack is not None
+    with holding_pool(nodes=1, ttl=120) as child:
         yield child
-    finally:
-        child.signal(signal.SIGKILL)
-        child.finish(30)
-        if child.stack and ClusterStack.select(child.stack).resource_count():
-            main(["down", child.stack, "--force"])  # the test failed before its own down
 
 
 def test_ls_lists_the_live_stack_with_its_owner_running(owner: Child,
