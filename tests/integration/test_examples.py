@@ -24,6 +24,7 @@ EXPECTED = {
     "preemption_recovery.py": "node 1 serves again: 49",
     "warm_pool.py": "same workers: True",
     "container_image.py": "cuda image: nvidia/cuda:12.8.1-runtime-ubuntu24.04",
+    "tensorboard_forward.py": "forwarded page reached: True",
 }
 
 
