@@ -37,7 +37,7 @@ from skyward_iac.observability.events import (
     Error,
 )
 from skyward_iac.observability.logging import configure_logging
-from skyward_iac.orchestration import reviewed, warm
+from skyward_iac.orchestration import interrupts, reviewed, warm
 from skyward_iac.orchestration.autoscaler import Autoscaler
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.cost import CostMeter
@@ -112,6 +112,8 @@ class PoolLifecycle:
         configure_logging(plan.options.logging)
         # In a Jupyter kernel, a reaper destroys the kernel's stacks when it ends (however).
         destroy_at_kernel_exit()
+        # A Ctrl+C that ends the script ends the process by SIGINT, whatever runs at exit.
+        interrupts.install()
         self._teardown.add("console", acquire_console(plan.options.console, self.events))
         self._teardown.add("destroy", self._destroy_or_keep)
         try:
@@ -392,9 +394,19 @@ class PoolLifecycle:
             return
         name, how = self.plan.stack_name, self._how
         log.info("stack %s: destroying (%s)", name, how)
-        with self._phase("destroy"):
-            _destroy(stack, f"skyward: {how}", self.plan.options.shutdown_timeout,
-                     EngineEventTranslator(name, "destroy", self.events.emit))
+        try:
+            with self._phase("destroy"):
+                _destroy(stack, f"skyward: {how}", self.plan.options.shutdown_timeout,
+                         EngineEventTranslator(name, "destroy", self.events.emit))
+        except KeyboardInterrupt:
+            # A Ctrl+C lets a destroy run to its end (engine_command): when it deleted
+            # everything the pool is gone all the same, and says so before the Ctrl+C goes on.
+            if _emptied(stack):
+                self._destroyed(name)
+            raise
+        self._destroyed(name)
+
+    def _destroyed(self, name: str) -> None:
         uptime = time.monotonic() - self._up_from
         log.info("stack %s: destroyed in %.1fs", name, self.timings["destroy"])
         self.events.emit(ClusterDestroyed(stack=name, duration=self.timings["destroy"],
@@ -445,6 +457,14 @@ def _destroy(stack: ClusterStack, message: str, patience: float, on_event: Any) 
             if stack.stale_locks():
                 stack.clear_crash_leftovers()
             time.sleep(0.5)
+
+
+def _emptied(stack: ClusterStack) -> bool:
+    """Whether ``stack`` holds no resource any more (False when that cannot be read)."""
+    try:
+        return stack.resource_count() == 0
+    except Exception:  # noqa: BLE001 - unknown: the caller reports nothing
+        return False
 
 
 def _collect_garbage() -> None:

@@ -36,7 +36,11 @@ class Teardown:
                 step()
             except BaseException as exc:  # noqa: BLE001 - the remaining steps still run
                 self.errors.append((name, exc))
-                log.error("stack %s: closing the pool, %s failed: %s: %s", self.stack, name,
-                          type(exc).__name__, exc)
+                if isinstance(exc, KeyboardInterrupt):  # not a failure: raised again at the end
+                    log.warning("stack %s: closing the pool, Ctrl+C during %s", self.stack,
+                                name)
+                else:
+                    log.error("stack %s: closing the pool, %s failed: %s: %s", self.stack,
+                              name, type(exc).__name__, exc)
         if self.errors:
             raise self.errors[0][1]
