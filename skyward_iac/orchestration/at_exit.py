@@ -13,6 +13,9 @@ thread still using a forgotten session's pool after the main thread ended sees i
 with ``NodeConnectionError``, as it would see ``concurrent.futures`` refuse new work. Logging
 still works then (it shuts down later, in ``atexit``).
 
+In a Jupyter kernel nothing is done here: the kernel's reaper destroys its pools once the
+kernel has ended (``notebook.py``), whether it ended well or not.
+
 A session garbage-collected with pools in it warns (``ResourceWarning``, as an unclosed file
 does). Its pools may still be in use through their ``Pool`` objects, so they are destroyed at
 the exit too, not at once.
@@ -26,6 +29,8 @@ import threading
 import warnings
 import weakref
 from typing import Any, Protocol
+
+from skyward_iac.observability.console import in_jupyter_kernel
 
 log = logging.getLogger("skyward")
 
@@ -86,6 +91,10 @@ def close_forgotten() -> None:
     """Destroy the pools of sessions nobody closed, concurrently; never raises (it runs at
     exit: an error is logged; after a Ctrl+C the interpreter still waits for the destroys,
     a second one leaves them to ``skyward-iac gc``)."""
+    if in_jupyter_kernel():
+        # The kernel's reaper destroys them once the kernel is gone (orchestration/notebook.py):
+        # a frontend kills a kernel a few seconds into its shutdown, too soon for a destroy.
+        return
     pools = forgotten()
     if not pools:
         return
