@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from skyward_iac.api.deadlines import MAX_CLOCK_SKEW
 from skyward_iac.infra.gc import DEAD, RUNNING
 
 
@@ -42,9 +43,11 @@ def refusal(stack: str, holder: Holder) -> str | None:
     if holder.state == RUNNING:
         why = f"its owner {who} still runs on this machine"
     elif holder.lease_until and holder.lease_lapsed is None:
-        left = (f"about {holder.lease_left:.0f}s left by this machine's clock"
-                if holder.lease_left is not None and holder.lease_left > 0
-                else "renewed recently")
+        left = ("renewed while this machine watched" if holder.lease_left is None
+                else f"about {holder.lease_left:.0f}s left by this machine's clock"
+                if holder.lease_left >= 0 else
+                f"ended {-holder.lease_left:.0f}s ago by this machine's clock, within the "
+                f"{MAX_CLOCK_SKEW:g}s allowed for two clocks' difference")
         why = (f"its owner {who} holds a live lease (until {holder.lease_until}, {left}): "
                "the pool is in use")
     elif holder.lease_until:

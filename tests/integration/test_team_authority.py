@@ -10,24 +10,17 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
 
 from tests.integration.test_team_leases import (  # noqa: F401 - `shared` is a fixture
-    CHILD,
-    ROOT,
-    as_host,
     shared,
     skyward_iac,
+    start_owner,
 )
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="a second hostname needs `unshare --uts`, which needs root")
-TTL = 30
 
 
 @pytest.mark.timeout(600)
@@ -35,24 +28,12 @@ def test_a_teammates_down_of_a_live_pool_is_refused_until_forced(
         shared: dict[str, dict[str, str]]) -> None:  # noqa: F811
     # B's user is bo; A keeps the test's user (its Local node logs in over SSH as that user).
     a, b = shared["a"], {**shared["b"], "USER": "bo", "LOGNAME": "bo"}
-    owner = subprocess.Popen(as_host("machine-a", [sys.executable, str(CHILD), "1", str(TTL),
-                                                   "idle"]),
-                             env=a, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(line.rstrip() for line in owner.stdout),
-                     daemon=True).start()  # type: ignore[union-attr]
+    owner, lines, stack = start_owner(a)
     try:
-        deadline = time.monotonic() + 180
-        while not any(line.startswith("READY ") for line in lines):
-            assert owner.poll() is None and time.monotonic() < deadline, "\n".join(lines[-20:])
-            time.sleep(0.2)
-        stack = next(line for line in lines if line.startswith("READY ")).split()[1]
-
         refused = skyward_iac(b, "machine-b", "down", stack)
         assert refused.returncode == 4, (refused.stdout, refused.stderr)
         for part in ("@machine-a (pid", "on machine-a)", "live lease",
-                     "left by this machine's clock",
+                     "by this machine's clock",
                      f"skyward-iac down {stack} --force --reason"):
             assert part in refused.stderr, (part, refused.stderr)
         listed = skyward_iac(b, "machine-b", "ls", "--json")

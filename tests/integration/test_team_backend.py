@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import boto3
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import engine
+from skyward_iac.cli import main
+from skyward_iac.infra import engine, gc
 from skyward_iac.infra.stack import list_records
 from tests.s3_server import S3Server, s3_server, team_state_env
 
@@ -90,3 +92,18 @@ def test_a_backend_outage_says_what_to_check_not_a_traceback() -> None:
         assert "Traceback" not in done.stderr, done.stderr
         assert "cannot be reached (dial tcp" in done.stderr and "s3://outage" in done.stderr
         assert "run the command again" in done.stderr
+
+
+def test_gc_removes_an_expired_plans_stack_from_the_shared_backend(
+        team_backend: dict[str, str], tmp_path: Path) -> None:
+    """On a backend gc cannot read as files, the stacks of plans are found by their
+    ``plan_expires`` tag (one filtered listing) and removed once expired."""
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--provider", "local", "--ttl", "60", "--plan-ttl", "1",
+                 "--out", str(out)]) == 0
+    stack = json.loads(out.read_text())["stack"]
+    assert stack in {r.name for r in list_records(only_live=True)}
+    time.sleep(2)
+    actions = [a for a in gc.collect() if a.stack == stack]
+    assert [a.action for a in actions] == ["removed"], actions
+    assert stack not in {r.name for r in list_records()}

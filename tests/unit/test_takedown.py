@@ -22,6 +22,12 @@ def test_a_live_lease_from_another_machine_refuses_naming_owner_host_lease_and_f
         assert part in why, part
 
 
+def test_a_lease_past_its_end_on_this_clock_but_within_the_skew_still_holds() -> None:
+    why = refusal(STACK, holder(ELSEWHERE, lease_until="2026-11-22T10:20:00+00:00",
+                                lease_lapsed=None, lease_left=-12.0))
+    assert why is not None and "ended 12s ago by this machine's clock, within the" in why
+
+
 def test_the_owner_running_here_or_unjudgeable_elsewhere_refuses() -> None:
     assert "still runs on this machine" in str(refusal(STACK, holder(RUNNING)))
     assert "ttl=0" in str(refusal(STACK, holder(ELSEWHERE)))  # no lease to judge by
