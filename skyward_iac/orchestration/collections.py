@@ -13,7 +13,7 @@ from skyward_iac.collections import Backend, BackendConfig, connect
 from skyward_iac.observability.events import CollectionsLost, Event
 from skyward_iac.outputs import ClusterOutputs
 from skyward_iac.remote.bootstrap import ETCD_CLIENT_PORT, EtcdServerPlan
-from skyward_iac.remote.forward import LocalForward, Trouble, classify, open_channel
+from skyward_iac.remote.forward import LocalForward, Trouble, check
 
 if TYPE_CHECKING:
     from skyward_iac.orchestration.node import Node
@@ -161,12 +161,11 @@ class ClientCollections:
         if self._stopped.is_set() or tunnel.lost is not None:
             return
         if trouble is Trouble.CLOSED_BY_TARGET:
-            try:
-                open_channel(tunnel.head.connection.transport, tunnel.forward.target,
-                             self._timeout).close()
+            found = check(tunnel.head.connection.transport, tunnel.forward.target,
+                          self._timeout)
+            if found is None:
                 return  # etcd still listens: gRPC reconnects through the tunnel by itself
-            except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds
-                trouble, detail = classify(exc), str(exc) or type(exc).__name__
+            trouble, detail = found
         self._lose(tunnel, lost_message(trouble, detail))
 
     def _lose(self, tunnel: _Tunnel, message: str) -> None:

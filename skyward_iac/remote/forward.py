@@ -60,6 +60,30 @@ def open_channel(transport: paramiko.Transport | None, target: tuple[str, int],
                                   window_size=TUNNEL_WINDOW, max_packet_size=TUNNEL_MAX_PACKET)
 
 
+def check(transport: paramiko.Transport | None, target: tuple[str, int], timeout: float,
+          settle: float = 0.5) -> tuple[Trouble, str] | None:
+    """None when something still listens at ``target``, else the trouble and why.
+
+    A fresh channel must open and then stay open for ``settle`` seconds: a process that is
+    dying may still accept a connection for a moment (its listening socket is closed last),
+    and then resets it. A server waiting for us to speak first (TLS) sends nothing."""
+    try:
+        channel = open_channel(transport, target, timeout)
+    except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds
+        return classify(exc), str(exc) or type(exc).__name__
+    try:
+        channel.settimeout(settle)
+        if channel.recv(1) == b"":
+            return Trouble.REFUSED, "it closed a new connection at once"
+        return None  # it spoke first: alive, whatever it is
+    except TimeoutError:
+        return None
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        return Trouble.SSH_LOST, str(exc) or type(exc).__name__
+    finally:
+        channel.close()
+
+
 def classify(exc: BaseException) -> Trouble:
     """Which trouble an exception from ``open_channel`` means."""
     return Trouble.REFUSED if isinstance(exc, paramiko.ChannelException) else Trouble.SSH_LOST

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import paramiko
 import pytest
 
-from skyward_iac.remote.forward import LocalForward, Trouble, classify, open_channel
+from skyward_iac.remote.forward import LocalForward, Trouble, check, classify, open_channel
 from tests.agent_process import wait_until
 
 
@@ -218,3 +218,17 @@ def test_classify() -> None:
     assert classify(paramiko.ChannelException(2, "Connect failed")) is Trouble.REFUSED
     assert classify(paramiko.SSHException("gone")) is Trouble.SSH_LOST
     assert classify(EOFError()) is Trouble.SSH_LOST
+
+
+def test_check_tells_a_listening_target_from_a_dying_or_gone_one(node: Node, echo: Echo) -> None:
+    assert check(node.client, ("127.0.0.1", echo.port), 5, settle=0.2) is None  # waits for us
+    dying = socket.create_server(("127.0.0.1", 0))  # accepts, then resets: a process exiting
+    address = dying.getsockname()
+    threading.Thread(target=lambda: dying.accept()[0].close(), daemon=True).start()
+    assert check(node.client, address, 5, settle=2) == (
+        Trouble.REFUSED, "it closed a new connection at once")
+    dying.close()
+    trouble, _ = check(node.client, address, 5) or (None, "")
+    assert trouble is Trouble.REFUSED  # nothing listens any more
+    assert check(None, ("127.0.0.1", echo.port), 5) == (Trouble.SSH_LOST,
+                                                         "the SSH connection is closed")
