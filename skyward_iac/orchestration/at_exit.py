@@ -16,6 +16,8 @@ still works then (it shuts down later, in ``atexit``).
 In a Jupyter kernel nothing is done here: the kernel's reaper destroys its pools once the
 kernel has ended (``notebook.py``), whether it ended well or not.
 
+A forked child (``os.fork``) forgets the parent's sessions: only their owner destroys them.
+
 A session garbage-collected with pools in it warns (``ResourceWarning``, as an unclosed file
 does). Its pools may still be in use through their ``Pool`` objects, so they are destroyed at
 the exit too, not at once.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -121,6 +124,16 @@ def _teardown(pool: Closeable) -> None:
         pool.teardown(HOW)
     except Exception as exc:  # noqa: BLE001 - nothing may escape an exit hook
         log.error("stack %s: destroying it at exit failed: %s", pool.stack_name, exc)
+
+
+def _forget_in_child() -> None:
+    """A forked child does not own its parent's pools: its exit must not destroy them."""
+    global _lock
+    _lock = threading.Lock()  # a parent thread may have held it at the fork
+    _tracked.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _hook_once() -> None:

@@ -135,3 +135,31 @@ def test_the_exit_hook_runs_before_non_daemon_threads_are_waited_for() -> None:
     assert lines[2] == f"TORN DOWN {at_exit.HOW}", lines
     assert lines[3] == "USER THREAD ENDS", lines
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_pools_alone() -> None:
+    script = textwrap.dedent("""
+        import os, sys
+        from skyward_iac.orchestration import at_exit
+
+        class Pool:
+            stack_name = "local-y"
+            def teardown(self, how):
+                print("TORN DOWN BY", "child" if os.getpid() != PARENT else "parent", flush=True)
+
+        class Session:
+            pass
+
+        PARENT = os.getpid()
+        KEPT = Session()
+        at_exit.track(KEPT, [Pool()])
+        child = os.fork()
+        if child:
+            os.waitpid(child, 0)
+            print("CHILD DONE", flush=True)
+        # both processes end here, normally: each runs its exit hooks
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["CHILD DONE", "TORN DOWN BY parent"], done.stdout
