@@ -205,7 +205,6 @@ def _section(stream: Any, header: str, body: bytes) -> None:
 
 
 def run_forward(args: argparse.Namespace) -> int:
-    from skyward_iac.infra.same_user import from_this_user
     from skyward_iac.remote.forward import LocalForward
 
     try:
@@ -220,7 +219,7 @@ def run_forward(args: argparse.Namespace) -> int:
     try:
         forward = LocalForward(link.transport, ("127.0.0.1", args.remote_port),
                                TroubleLines(node.index, args.remote_port),
-                               local_port=args.local, accept=from_this_user)
+                               local_port=args.local)
     except OSError as exc:
         link.close()
         return Refused(ERROR, f"cannot listen on 127.0.0.1:{args.local}: "

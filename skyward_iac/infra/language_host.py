@@ -46,7 +46,7 @@ from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
 
 from skyward_iac.api.errors import SkywardError
-from skyward_iac.infra.same_user import guarded_server
+from skyward_iac.same_user import guarded_server
 
 #: How often the host checks that the engine that started it is still there.
 PARENT_POLL_SECONDS = 2.0
@@ -239,7 +239,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def serve(engine_address: str, host: str = "127.0.0.1") -> tuple[grpc.Server, int]:
     """Start the LanguageRuntime server on a free loopback port; returns it and the port.
     ``Run`` executes the program a request names, so only this user's processes are served
-    (``infra/same_user.py``)."""
+    (``same_user.py``)."""
     server = guarded_server(futures.ThreadPoolExecutor(max_workers=4),
                             options=_GRPC_CHANNEL_OPTIONS)
     language_pb2_grpc.add_LanguageRuntimeServicer_to_server(LanguageHost(engine_address), server)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pulumi.automation as auto
 from pulumi.automation._stack import StackInitMode
 
-from skyward_iac.infra.same_user import guard_automation_servers
+from skyward_iac.same_user import guard_automation_servers
 
 # The inline program's LanguageRuntime and the engine-events server this process starts for
 # every engine command serve this user only.

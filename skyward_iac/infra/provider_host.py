@@ -7,7 +7,7 @@ engine would stay open to that forever. The engine starts this module instead (t
 ``pulumi-resource-pulumi-python`` launcher that ``tools/pulumi/build.sh`` installs), which
 runs the SDK's provider with two guards:
 
-* every call's peer must be a process of this user (``infra/same_user.py``): anyone else gets
+* every call's peer must be a process of this user (``same_user.py``): anyone else gets
   PERMISSION_DENIED before anything of the request is unpickled;
 * the provider exits as soon as its engine (the parent process) is gone.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import grpc
 
-from skyward_iac.infra.same_user import guarded_server
+from skyward_iac.same_user import guarded_server
 
 #: How often the provider checks that its engine still runs.
 PARENT_CHECK = 0.5

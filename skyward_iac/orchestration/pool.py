@@ -28,7 +28,6 @@ from skyward_iac.collections import (
     Queue,
     Set,
 )
-from skyward_iac.infra.same_user import from_this_user
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
 from skyward_iac.observability.streams import write_lines
@@ -231,7 +230,7 @@ class Pool:
         gets the local port: ``local_port``, or a free one when 0.
 
         It listens on 127.0.0.1 only and serves this user only: another local user's
-        connections are closed (``infra/same_user.py``). Each connection goes through the
+        connections are closed (``same_user.py``). Each connection goes through the
         node's SSH connection (a replacement node's, after a replacement); one the node cannot
         open (nothing listens there yet) is closed at once, and logged.
         """
@@ -256,7 +255,7 @@ class Pool:
                 told.add(trouble)
 
         forward = LocalForward(transport, ("127.0.0.1", remote_port), on_trouble,
-                               local_port=local_port, accept=from_this_user)
+                               local_port=local_port)
         try:
             yield forward.port
         finally:

@@ -9,9 +9,9 @@ whose channel cannot open is closed at once, so a client fails fast, and the own
 (``on_trouble``); ``close`` never raises. Each connection is pumped by two blocking threads, one
 per direction, in 64 KiB chunks.
 
-127.0.0.1 is open to every local user: a forward given ``accept`` (``pool.forward`` and
-``skyward-iac forward`` give ``infra/same_user.py``'s check) closes each connection it rejects
-before a channel is opened for it.
+127.0.0.1 is open to every local user: a forward accepts only this user's connections
+(``same_user.from_this_user``, every forward: ``pool.forward``, ``skyward-iac forward`` and the
+collections' tunnel to etcd) and closes the others before a channel is opened for them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from enum import Enum
 import paramiko
 
 from skyward_iac.remote.ssh import TUNNEL_MAX_PACKET, TUNNEL_WINDOW
+from skyward_iac.same_user import from_this_user
 
 log = logging.getLogger("skyward")
 _CHUNK = 64 << 10
@@ -94,13 +95,14 @@ class LocalForward:
     port when 0 (``OSError`` when it cannot be bound).
 
     ``refuse()`` makes it close every new connection at once (the target is known gone: a
-    client fails fast instead of timing out). ``accept``: which clients may connect (None:
-    any local one); a rejected client is closed before anything reaches the node.
+    client fails fast instead of timing out). ``accept``: which clients may connect (by
+    default this user's processes only: 127.0.0.1 is open to every local user); a rejected
+    client is closed before anything reaches the node.
     """
 
     def __init__(self, transport: TransportSource, target: tuple[str, int],
                  on_trouble: TroubleHandler, timeout: float = 10.0, local_port: int = 0,
-                 accept: AcceptCheck | None = None) -> None:
+                 accept: AcceptCheck = from_this_user) -> None:
         self._transport, self.target, self._on_trouble = transport, target, on_trouble
         self._timeout = timeout
         self._check = accept
@@ -149,7 +151,7 @@ class LocalForward:
             if self._refusing or self._closed.is_set():
                 sock.close()
                 continue
-            if self._check is not None and not self._check(sock):
+            if not self._check(sock):
                 self.rejected += 1
                 (log.warning if self.rejected == 1 else log.debug)(
                     "port forward 127.0.0.1:%d: closed a connection from another user "

@@ -18,7 +18,7 @@ from skyward_iac.infra.engine_command import (
     EngineCommand,
     interrupt_policy,
 )
-from skyward_iac.infra.same_user import socket_owner
+from skyward_iac.same_user import socket_owner
 from skyward_iac.infra.state_repair import repair
 
 

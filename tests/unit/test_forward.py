@@ -15,6 +15,7 @@ import pytest
 
 from skyward_iac.remote.forward import LocalForward, Trouble, check, classify, open_channel
 from tests.agent_process import wait_until
+from tests.helpers import http_get_as_nobody
 
 
 class _Sshd(paramiko.ServerInterface):
@@ -155,6 +156,16 @@ def test_bytes_cross_both_ways_and_a_client_that_ends_is_no_trouble(node: Node,
     time.sleep(0.2)
     assert troubles == []  # the client closed first: the far end's close that follows is normal
     forward.close()
+    forward.close()
+
+
+def test_every_forward_serves_this_user_only(node: Node, echo: Echo) -> None:
+    # No accept check is passed, as the collections' tunnel to etcd passes none: another local
+    # user is closed before anything reaches the node; this user is served.
+    forward = LocalForward(lambda: node.client, ("127.0.0.1", echo.port), Troubles())
+    assert http_get_as_nobody(forward.port) in ("b''", "reset")
+    assert forward.rejected == 1
+    assert round_trip(forward.port, b"mine") == b"mine"
     forward.close()
 
 
