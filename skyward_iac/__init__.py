@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from skyward_iac.api.errors import (
         BootstrapError,
         BucketNotFoundError,
+        BudgetExceededError,
         CollectionError,
         CollectionsDisabledError,
         ConfigError,
@@ -81,8 +82,8 @@ _MODULES = {
 #: Every public name and the module it comes from, imported on first use.
 _LAZY = {
     **{name: "skyward_iac.api.errors" for name in (
-        "BootstrapError", "BucketNotFoundError", "CollectionError", "CollectionsDisabledError",
-        "ConfigError", "EngineNotFoundError", "HostKeyMismatchError", "NoActivePoolError",
+        "BootstrapError", "BucketNotFoundError", "BudgetExceededError", "CollectionError",
+        "CollectionsDisabledError", "ConfigError", "EngineNotFoundError", "HostKeyMismatchError", "NoActivePoolError",
         "NodeConnectionError", "ObjectNotFoundError", "PluginError", "ProvisionError",
         "RemoteError", "SkywardError", "StackNotFoundError", "StorageAccessDeniedError",
         "StorageError", "WorkerCrashedError",
@@ -113,7 +114,7 @@ _LAZY = {
         "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole",
         "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error",
         "CollectionsLost", "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed",
-        "ProvisionRetried",
+        "ProvisionRetried", "BudgetWarning", "BudgetExceeded",
     )},
     # The collections load the etcd client (gRPC) only when first used.
     **{name: "skyward_iac.collections.context"
@@ -157,4 +158,5 @@ __all__ = [
     "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric",
     "Log", "Error", "CollectionsLost",
     "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed", "ProvisionRetried",
+    "BudgetWarning", "BudgetExceeded", "BudgetExceededError",
 ]

@@ -1,6 +1,6 @@
 """Every deadline of a pool's life, as pure functions, each judged on one machine's clock.
 
-The five clocks of a pool (docs/lifecycle.md, "Which clock guards what"):
+The clocks of a pool (docs/lifecycle.md, "Which clock guards what"):
 
 * the **heartbeat**: a node's watchdog notes, on the node's own monotonic clock, when it last
   saw its heartbeat file change, and stops the node after ``ttl`` without a change. The client
@@ -11,13 +11,17 @@ The five clocks of a pool (docs/lifecycle.md, "Which clock guards what"):
   ``MAX_CLOCK_SKEW`` of slack;
 * ``expires_at`` and ``warm_until``: times written by the pool's host, compared exactly on
   that host and with ``MAX_CLOCK_SKEW`` of slack anywhere else;
-* ``max_lifetime``: counted by the node from its watchdog's start, on its own clock.
+* ``max_lifetime``: counted by the node from its watchdog's start, on its own clock;
+* the **budget** (``Options(max_cost_usd)``): the client integrates what the pool has spent on
+  its own monotonic clock; at the current rate that leaves some seconds, a duration it writes
+  to each node, whose watchdog counts them down on the node's own clock.
 
 No I/O here: the callers read the clocks and the files, these functions decide.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -101,18 +105,74 @@ def silence_allowed(ttl: float, first_contact: float, beaten: bool) -> float:
 
 
 def watchdog_stop_reason(watch: BeatWatch, now: float, *, started: float, ttl: float,
-                         first_contact: float = 0.0,
-                         max_lifetime: float | None = None) -> str | None:
-    """Why the node must stop now (no beat seen for its allowed silence, or older than
-    ``max_lifetime`` counted from the watchdog's start), or None while it may live on.
-    ``ttl`` 0: the heartbeat does not matter."""
+                         first_contact: float = 0.0, max_lifetime: float | None = None,
+                         budget_end: float | None = None) -> str | None:
+    """Why the node must stop now (no beat seen for its allowed silence, older than
+    ``max_lifetime`` counted from the watchdog's start, or past ``budget_end``, the budget's
+    deadline on this node's clock), or None while it may live on. ``ttl`` 0: the heartbeat
+    does not matter."""
     silence = now - watch.changed_at
     if ttl and silence > silence_allowed(ttl, first_contact, watch.beaten):
         what = "heartbeat" if watch.beaten else "first heartbeat"
         return f"no {what} seen for {silence:.0f}s (ttl {ttl:g}s)"
     if max_lifetime and now - started > max_lifetime:
         return f"it reached its max_lifetime of {max_lifetime:g}s"
+    if budget_end is not None and now >= budget_end:
+        return "the deadline of its pool's budget (Options(max_cost_usd)) passed"
     return None
+
+
+# ---- the budget, as the client counts it (its monotonic clock) -------------------------------
+
+#: The share of the budget at which the client warns (an event and a console line).
+BUDGET_WARNING = 0.8
+#: The file in a node's workdir where the client writes the seconds its budget leaves.
+BUDGET_FILE = "budget"
+
+
+def seconds_until_spent(target_usd: float, spent_usd: float, usd_per_hour: float) -> float | None:
+    """Seconds until a pool that has spent ``spent_usd`` reaches ``target_usd`` at
+    ``usd_per_hour`` (0 when it has already), or None when it never does at that rate."""
+    if spent_usd >= target_usd:
+        return 0.0
+    if usd_per_hour <= 0:
+        return None
+    return (target_usd - spent_usd) / usd_per_hour * 3600
+
+
+def budget_note(seconds_left: float | None) -> str:
+    """What the client writes to a node's ``BUDGET_FILE``: whole seconds, rounded up (the node
+    must never stop before its client closes the pool), or ``none`` for no deadline (no budget,
+    or nodes that cost nothing). A duration, never a time: the node counts it on its clock."""
+    if seconds_left is None:
+        return "none\n"
+    return f"{math.ceil(max(0.0, seconds_left))}\n"
+
+
+# ---- the budget, as the node judges it (the node's monotonic clock) ----------------------------
+
+def read_budget_note(note: str, now: float, previous: float | None) -> float | None:
+    """The budget's deadline on the node's clock once it read ``note`` (its budget file, seen
+    changed) at ``now``: that many seconds from now, or None for ``none``. Anything else (a
+    file caught half written) keeps ``previous``: the next change is read again."""
+    text = note.strip()
+    if text == "none":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        return previous
+    if not math.isfinite(seconds) or seconds < 0:
+        return previous
+    return now + seconds
+
+
+def next_look(interval: float, now: float, budget_end: float | None) -> float:
+    """How long the watchdog sleeps before its next look: ``interval``, or less when the
+    budget's deadline comes sooner (the node stops on time, not a look late)."""
+    if budget_end is None:
+        return interval
+    return max(0.05, min(interval, budget_end - now))
 
 
 # ---- the lease, as the owner writes it (the owner's wall clock) -------------------------------

@@ -34,6 +34,33 @@ class NodeConnectionError(SkywardError):
     """The connection to a node's SSH server or agent failed or was lost."""
 
 
+class BudgetExceededError(SkywardError):
+    """A pool spent its ``Options(max_cost_usd)``: it was closed and its stack destroyed.
+
+    Raised by the calls it had pending (and by ``sky.Compute`` when the budget ran out while
+    the pool was starting). ``budget_usd`` is the budget, ``spent_usd`` what the pool had
+    spent by the catalog's rates when it was stopped, ``usd_per_hour`` its rate then.
+    """
+
+    def __init__(self, message: str, *, budget_usd: float, spent_usd: float,
+                 usd_per_hour: float) -> None:
+        super().__init__(message)
+        self.budget_usd = budget_usd
+        self.spent_usd = spent_usd
+        self.usd_per_hour = usd_per_hour
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only arguments: copy and pickle need them spelled out.
+        return (_budget_exceeded, (str(self), self.budget_usd, self.spent_usd,
+                                   self.usd_per_hour))
+
+
+def _budget_exceeded(message: str, budget_usd: float, spent_usd: float,
+                     usd_per_hour: float) -> BudgetExceededError:
+    return BudgetExceededError(message, budget_usd=budget_usd, spent_usd=spent_usd,
+                               usd_per_hour=usd_per_hour)
+
+
 class RemoteError(SkywardError):
     """A task raised an exception whose type could not be rebuilt on the client.
 

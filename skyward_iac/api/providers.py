@@ -25,9 +25,15 @@ class Local(_ProviderConfig):
     """Nodes on this machine: each one a sandbox with its own loopback address and a real sshd.
 
     Used for development, tests and CI: the same stack, SSH, bootstrap and agent path as a cloud.
+    ``usd_per_hour`` prices each node as if it were a cloud's (default 0: free), so costs,
+    ``Options(max_cost_usd)`` budgets and the cost policy rules can be tried on this machine.
     """
 
     kind: Literal["local"] = "local"
+    usd_per_hour: float = Field(
+        default=0.0, ge=0, allow_inf_nan=False,
+        description="what one node counts as costing, in USD per hour (a pretend price for "
+                    "tests, demos and docs; 0: free)")
 
 
 class AWS(_ProviderConfig):

@@ -258,6 +258,13 @@ class Options(_Frozen):
         description="seconds after which the cloud deletes each node whatever happens (GCP "
                     "max_run_duration; on AWS the node powers itself off, which terminates "
                     "it); a backstop beside the ttl for a hung node. None: no cap")
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="USD the pool may spend, from launch, at the catalog's rates (resizes and "
+                    "fallbacks included): a warning at 80 %; at 100 % the pool is closed and "
+                    "destroyed and its pending calls raise BudgetExceededError. The nodes "
+                    "stop themselves at the same deadline if this client is gone. None: no "
+                    "budget")
     cluster: bool | None = Field(
         default=None, description="False: no etcd and no collections for this pool")
     plan: str | None = Field(

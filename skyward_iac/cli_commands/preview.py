@@ -54,6 +54,9 @@ def add_parser(commands: Any) -> None:
                               f"gc removes its stack (default {DEFAULT_PLAN_TTL})")
     planner.add_argument("--max-lifetime", type=positive(int), metavar="SECONDS",
                          help="Options(max_lifetime) of the pool that will apply it")
+    planner.add_argument("--max-cost-usd", type=positive(float), metavar="USD",
+                         help="Options(max_cost_usd) of the pool that will apply it: the most "
+                              "it may spend (the plan records it; an apply may ask for less)")
     planner.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                          help="Options(tags) of the pool that will apply it (repeatable)")
     planner.set_defaults(run=run_plan, parser=planner)
@@ -69,6 +72,9 @@ def add_parser(commands: Any) -> None:
                          help="the digest the reviewer approved (`skyward-iac plan` printed it)")
     applier.add_argument("--keep-warm", type=positive(float), default=900.0, metavar="SECONDS",
                          help="how long the pool waits for its user (default 900)")
+    applier.add_argument("--max-cost-usd", type=positive(float), metavar="USD",
+                         help="Options(max_cost_usd) of the applied pool, at most the plan's "
+                              "(default: the plan's); the warm nodes stop themselves there")
     applier.set_defaults(run=run_apply, parser=applier)
 
 
@@ -138,7 +144,8 @@ def run_plan(args: argparse.Namespace) -> int:
     tags = dict(tag.partition("=")[::2] for tag in args.tag)
     if bad := [tag for tag in args.tag if "=" not in tag]:
         args.parser.error(f"--tag takes KEY=VALUE, got {bad[0]!r}")
-    options = Options(max_lifetime=args.max_lifetime, tags=tags)
+    options = Options(max_lifetime=args.max_lifetime, tags=tags,
+                      max_cost_usd=args.max_cost_usd)
     if args.pool:
         planned, reviewed = save_reviewed_plan((), args.pool, options, {}, args.out,
                                                {"pool": args.pool}, args.plan_ttl)
@@ -168,9 +175,11 @@ def run_apply(args: argparse.Namespace) -> int:
     # The seal first: an edited or unapproved file stops here, before anything is created.
     saved = load(args.plan, approved=args.approved)
     facts, source = saved.facts, saved.source
+    budget = args.max_cost_usd if args.max_cost_usd is not None else facts.get("max_cost_usd")
     options = Options(plan=str(args.plan), keep_warm=args.keep_warm,
                       tags=facts.get("tags") or {}, max_lifetime=facts.get("max_lifetime"),
-                      console="log", cluster=None if facts.get("collections", True) else False)
+                      max_cost_usd=budget, console="log",
+                      cluster=None if facts.get("collections", True) else False)
     if "pool" in source:
         compute = Compute(name=source["pool"], options=options)
     elif "provider" in source:

@@ -14,13 +14,14 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.providers import Local
 from skyward_iac.api.spec import AllocationStrategy, SelectionStrategy, Spec
 from skyward_iac.infra import home
 from skyward_iac.infra.local_fit import check_local_fits
@@ -361,8 +362,9 @@ def matching(spec: Spec, catalog: Catalog | None = None) -> list[Choice]:
     """
     kind = spec.provider.kind
     if kind == "local":
-        check_local_fits(spec)  # this machine is the only offer
-        return [Choice(spec, LOCAL_OFFER, "on-demand")]
+        check_local_fits(spec)  # this machine is the only offer, at the price it is given
+        price = spec.provider.usd_per_hour if isinstance(spec.provider, Local) else 0.0
+        return [Choice(spec, replace(LOCAL_OFFER, on_demand=price), "on-demand")]
     catalog = catalog or current_catalog(kind)
     left = list(catalog.offers)
     applied: list[str] = []

@@ -40,6 +40,7 @@ class Policy:
     max_nodes: int | None = None
     max_ttl: int | None = None
     max_lifetime: int | None = None
+    max_cost_usd: float | None = None
     allowed_providers: tuple[str, ...] | None = None
     allowed_regions: tuple[str, ...] | None = None
     allowed_instance_types: tuple[str, ...] | None = None
@@ -64,9 +65,12 @@ class PoolFacts:
     ttl: int
     max_lifetime: int | None
     tags: Mapping[str, str]
+    #: ``Options(max_cost_usd)``: what the pool may spend in all (None: no budget).
+    max_cost_usd: float | None = None
 
 
-NUMBERS = {"max_usd_per_hour": float, "max_nodes": int, "max_ttl": int, "max_lifetime": int}
+NUMBERS = {"max_usd_per_hour": float, "max_nodes": int, "max_ttl": int, "max_lifetime": int,
+           "max_cost_usd": float}
 LISTS = ("allowed_providers", "allowed_regions", "allowed_instance_types", "required_tags")
 
 
@@ -137,6 +141,11 @@ def violations(policy: Policy, pool: PoolFacts) -> list[str]:
         shown = "not set" if pool.max_lifetime is None else f"{pool.max_lifetime} s"
         broken("max_lifetime", f"Options(max_lifetime) is {shown}, the limit is "
                f"{policy.max_lifetime} s (set Options(max_lifetime=...) at most that)")
+    if policy.max_cost_usd is not None and (pool.max_cost_usd is None
+                                            or pool.max_cost_usd > policy.max_cost_usd):
+        shown = "not set" if pool.max_cost_usd is None else f"${pool.max_cost_usd:g}"
+        broken("max_cost_usd", f"Options(max_cost_usd) is {shown}, the limit is "
+               f"${policy.max_cost_usd:g} (set Options(max_cost_usd=...) at most that)")
     for rule, value in (("allowed_providers", pool.provider),
                         ("allowed_regions", pool.region),
                         ("allowed_instance_types", pool.instance_type)):

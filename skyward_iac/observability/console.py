@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.observability.events import (
     BootstrapPhase,
+    BudgetWarning,
     ClusterDestroyed,
     ClusterProvisioned,
     ClusterReady,
@@ -323,6 +324,8 @@ class LogConsole(Console):
                     return None
                 return f"[node {event.node}] {event.line}" if event.node is not None \
                     else f"[{event.stream}] {event.line}"
+            case BudgetWarning():
+                return f"WARNING {event.message}"
             case Error():
                 where = f"node {event.node}: " if event.node is not None else ""
                 return f"{'FATAL' if event.fatal else 'ERROR'} {where}{event.message}"

@@ -287,6 +287,27 @@ class CollectionsLost(Error):
     ``CollectionError`` from then on."""
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetWarning(Error):
+    """The pool has spent 80 % of its ``Options(max_cost_usd)`` (``spent_usd`` of
+    ``budget_usd``, at ``usd_per_hour`` now). An ``Error`` that is not ``fatal``, so every
+    console shows ``message``; once per pool."""
+
+    budget_usd: float = 0.0
+    spent_usd: float = 0.0
+    usd_per_hour: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetExceeded(Error):
+    """The pool has spent its ``Options(max_cost_usd)``: it is closed and destroyed, its
+    pending calls raise ``BudgetExceededError``. A ``fatal`` ``Error``."""
+
+    budget_usd: float = 0.0
+    spent_usd: float = 0.0
+    usd_per_hour: float = 0.0
+
+
 # ---- the stack (Pulumi) ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +370,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     InstanceLaunched, InstanceProvisioned, InstanceBootstrapped, InstancePreempted,
     InstanceReplaced, InstanceDestroyed, BootstrapPhase, BootstrapConsole,
     TaskQueued, TaskStarted, TaskCompleted, TaskProgress, Metric, Log, Error, CollectionsLost,
-    StackProgress, StackPreviewed, StackUpdated, StackDestroyed,
+    BudgetWarning, BudgetExceeded, StackProgress, StackPreviewed, StackUpdated, StackDestroyed,
 )
 
 __all__ = [
@@ -358,6 +379,6 @@ __all__ = [
     "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
     "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole", "TaskQueued",
     "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error", "CollectionsLost",
-    "StackProgress", "StackPreviewed",
+    "BudgetWarning", "BudgetExceeded", "StackProgress", "StackPreviewed",
     "StackUpdated", "StackDestroyed",
 ]

@@ -2,7 +2,8 @@
 
 The rate changes when a resize, a spot fallback or a capacity failover changes the nodes the
 stack declares; each change starts a new segment, so the total is what the nodes cost at the
-rates they ran at, not the final rate times the whole uptime.
+rates they ran at, not the final rate times the whole uptime. Whoever acts on the total (the
+budget, ``orchestration/budget.py``) listens for those changes instead of polling.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 class CostMeter:
@@ -21,10 +23,16 @@ class CostMeter:
         self._rate = rate
         self._since = clock()
         self._spent = 0.0
+        self._listeners: list[Callable[[], Any]] = []
 
     @property
     def rate(self) -> float:
         return self._rate
+
+    def on_change(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` after every change of the rate or of the sum spent before the
+        meter started (from the thread that made it)."""
+        self._listeners.append(callback)
 
     def set_rate(self, usd_per_hour: float) -> bool:
         """From now on the pool costs ``usd_per_hour``; True if that is a change."""
@@ -32,14 +40,26 @@ class CostMeter:
             now = self._clock()
             self._spent += self._rate * (now - self._since) / 3600
             self._since, changed, self._rate = now, usd_per_hour != self._rate, usd_per_hour
-            return changed
+        if changed:
+            self._changed()
+        return changed
 
     def add(self, usd: float) -> None:
         """Count ``usd`` spent before this meter started (a warm pool's life so far)."""
         with self._lock:
             self._spent += usd
+        if usd:
+            self._changed()
 
     def total(self) -> float:
         """USD spent from launch until now."""
+        return self.reading()[0]
+
+    def reading(self) -> tuple[float, float]:
+        """USD spent from launch until now, and the rate now, read together."""
         with self._lock:
-            return self._spent + self._rate * (self._clock() - self._since) / 3600
+            return self._spent + self._rate * (self._clock() - self._since) / 3600, self._rate
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            callback()

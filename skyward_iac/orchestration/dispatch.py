@@ -17,6 +17,7 @@ or no node in service) fails after its timeout with an error saying why.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import threading
@@ -27,7 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from skyward_iac.api.errors import NodeConnectionError
+from skyward_iac.api.errors import NodeConnectionError, SkywardError
 from skyward_iac.api.function import PendingFunction
 from skyward_iac.api.spec import Options
 from skyward_iac.observability.bus import EventBus
@@ -91,6 +92,8 @@ class Dispatcher:
         #: Why each node index is out of service (for the errors of calls nobody can take).
         self._why_out: dict[int, str] = {}
         self._closed = False
+        #: What closed the pool, when it was not a plain close (a spent budget).
+        self._closed_by: SkywardError | None = None
         threading.Thread(target=self._dispatch, name=f"{stack}-dispatch", daemon=True).start()
 
     def rename(self, stack: str) -> None:
@@ -158,6 +161,8 @@ class Dispatcher:
     def enqueue(self, calls: list[Call]) -> None:
         """Queue ``calls``; what fits on the nodes now is sent from this thread."""
         if self._closed:
+            if self._closed_by is not None:  # a copy: each late call its own traceback
+                raise copy.copy(self._closed_by)
             raise NodeConnectionError(f"pool {self.stack} is closed")
         self.events.watch(calls)
         with self._wakeup:
@@ -311,14 +316,16 @@ class Dispatcher:
                 return node.agent.in_flight
         return 0
 
-    def close(self, reason: str) -> None:
-        """Stop dispatching; queued calls fail with ``NodeConnectionError`` (calls already
-        done or cancelled are left alone)."""
+    def close(self, reason: str, error: SkywardError | None = None) -> None:
+        """Stop dispatching; queued calls fail with ``error`` (by default a
+        ``NodeConnectionError`` giving ``reason``; calls already done or cancelled are left
+        alone), and so does any call made from now on."""
         with self._wakeup:
             self._closed = True
+            self._closed_by = error
             queued, self._calls = list(self._calls), deque()
             self._wakeup.notify_all()
-        fail(queued, NodeConnectionError(f"pool {self.stack} closed: {reason}"))
+        fail(queued, error or NodeConnectionError(f"pool {self.stack} closed: {reason}"))
         self.events.flush()
 
     @property

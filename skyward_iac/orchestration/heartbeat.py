@@ -8,7 +8,9 @@ process died, lost the network, or the node is unreachable) the node stops itsel
 beaten from its first SSH contact, through its bootstrap, until the pool closes, over an SFTP
 channel of its own: nothing else (the bootstrap's uploads, a closed cached client) can take it
 away. A failing beat is a warning at once; a node unreachable for ``ttl`` has stopped itself
-and is reported lost.
+and is reported lost. A pool with a budget also tells each node, before its first beat and
+again after every change, how many seconds the budget leaves (``BUDGET_FILE``, a duration its
+watchdog counts on the node's clock; ``orchestration/budget.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import fabric
 
-from skyward_iac.api.deadlines import beat_interval, beat_timeout, unreached_too_long
+from skyward_iac.api.deadlines import (
+    BUDGET_FILE,
+    beat_interval,
+    beat_timeout,
+    unreached_too_long,
+)
 
 log = logging.getLogger("skyward")
 
@@ -40,6 +47,20 @@ class _Beat:
     count: int = 0
     #: Held while a beat is under way: a node is never beaten twice at once.
     busy: threading.Lock = field(default_factory=threading.Lock)
+    #: The version of the notes this node was last told (None: not yet).
+    told: int | None = None
+
+
+class Notes(Protocol):
+    """What a node is told beside its beats (the budget's seconds left)."""
+
+    def note(self) -> tuple[int, str]:
+        """The text now, and its version (it moves when the text must be told again)."""
+        ...
+
+    def listen(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` whenever the version moves."""
+        ...
 
 
 class Heartbeat:
@@ -49,8 +70,10 @@ class Heartbeat:
     seconds: it has stopped itself by now.
     """
 
-    def __init__(self, ttl: float, on_silent: Callable[[int, str], Any], stack: str = "") -> None:
+    def __init__(self, ttl: float, on_silent: Callable[[int, str], Any], stack: str = "",
+                 notes: Notes | None = None) -> None:
         self.ttl = ttl
+        self.notes = notes
         self.interval = beat_interval(ttl)
         self.on_silent = on_silent
         self.stack = stack
@@ -60,6 +83,8 @@ class Heartbeat:
         self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="skyward-beat")
         self._thread = threading.Thread(target=self._run, name="skyward-heartbeat", daemon=True)
         self._thread.start()
+        if notes is not None:
+            notes.listen(self.tell_all)
 
     def add(self, index: int, connection: fabric.Connection, workdir: str) -> None:
         """Start beating node ``index`` (at its first SSH contact), with one beat now."""
@@ -70,6 +95,18 @@ class Heartbeat:
         if old is not None:
             _close(old)
         self._beat(beat)
+
+    def tell_all(self) -> None:
+        """Beat every node now, each told the notes' new text (they changed)."""
+        if self._stopped.is_set():
+            return
+        with self._lock:
+            beats = list(self._beats.values())
+        for beat in beats:
+            try:
+                self._threads.submit(self._beat, beat)
+            except RuntimeError:
+                return  # stopping: the pool closes anyway
 
     def remove(self, index: int, connection: fabric.Connection | None = None) -> None:
         """Stop beating node ``index`` (only if still registered with ``connection``)."""
@@ -109,6 +146,11 @@ class Heartbeat:
             if beat.sftp is None:
                 beat.sftp = beat.connection.client.open_sftp()
                 beat.sftp.get_channel().settimeout(beat_timeout(self.ttl))
+            if self.notes is not None:
+                version, text = self.notes.note()
+                if version != beat.told:
+                    _write_text(beat.sftp, f"{beat.path.rpartition('/')[0]}/{BUDGET_FILE}", text)
+                    beat.told = version
             _write_beat(beat.sftp, beat.path, beat.count + 1)
             beat.count += 1
         except Exception as exc:  # noqa: BLE001 - any failure is reported the same way
@@ -142,8 +184,12 @@ class Heartbeat:
 def _write_beat(sftp: Any, path: str, count: int) -> None:
     """Write beat ``count`` to ``path`` (created if the node has none yet). What the watchdog
     sees is the change; the times the file gets are the node's own."""
-    with sftp.open(path, "w") as beat:
-        beat.write(f"beat {count}\n")
+    _write_text(sftp, path, f"beat {count}\n")
+
+
+def _write_text(sftp: Any, path: str, text: str) -> None:
+    with sftp.open(path, "w") as handle:
+        handle.write(text)
 
 
 def _close(beat: _Beat) -> None:

@@ -17,7 +17,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from skyward_iac.api.errors import NodeConnectionError, ProvisionError, StackBusyError
+from skyward_iac.api.errors import (
+    BudgetExceededError,
+    NodeConnectionError,
+    ProvisionError,
+    StackBusyError,
+)
 from skyward_iac.api.plugin import Cluster
 from skyward_iac.infra import gc
 from skyward_iac.infra.cloud_credentials import require_credentials
@@ -39,6 +44,7 @@ from skyward_iac.observability.events import (
 from skyward_iac.observability.logging import configure_logging
 from skyward_iac.orchestration import interrupts, reviewed, warm
 from skyward_iac.orchestration.autoscaler import Autoscaler
+from skyward_iac.orchestration.budget import BudgetGuard, NoBudget
 from skyward_iac.orchestration.collections import ClientCollections
 from skyward_iac.orchestration.cost import CostMeter
 from skyward_iac.orchestration.dispatch import Dispatcher
@@ -65,6 +71,8 @@ def ending(exc: BaseException | None) -> str:
         return "pool closed"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (Ctrl+C)"
+    if isinstance(exc, BudgetExceededError):
+        return f"budget spent: ${exc.spent_usd:.2f} of Options(max_cost_usd={exc.budget_usd:g})"
     return f"closed after {type(exc).__name__}"
 
 
@@ -89,7 +97,11 @@ class PoolLifecycle:
         self._tagged = (plan.bounds.desired, f"{self.cost.rate:.4f}")
         self._ready_at: float | None = None
         self._closed = threading.Event()
+        self._torn_down = threading.Event()
         self._how = "pool closed"
+        #: Set when the budget is spent: what pending calls and a failed start raise.
+        self._failure: BudgetExceededError | None = None
+        self._budget: BudgetGuard | None = None
         self.dispatcher = Dispatcher(plan.stack_name, plan.options, events)
         self.membership = Membership(plan.bounds, self.dispatcher.serve, self._changed)
         self.nodes = NodeEvents(plan.stack_name, self.membership, self.dispatcher, events,
@@ -116,6 +128,10 @@ class PoolLifecycle:
         interrupts.install()
         self._teardown.add("console", acquire_console(plan.options.console, self.events))
         self._teardown.add("destroy", self._destroy_or_keep)
+        if plan.options.max_cost_usd is not None:
+            self._budget = BudgetGuard(plan.options.max_cost_usd, self.cost, plan.stack_name,
+                                       self.events, self._over_budget)
+            self._teardown.add("budget", self._budget.stop)
         try:
             # A reviewed plan brings up its own stack, once: adopting another warm pool would
             # run what nobody reviewed, and its own warm pool is the plan applied already.
@@ -124,12 +140,19 @@ class PoolLifecycle:
                 self._provision()
             self._run()
         except BaseException as exc:
-            self.events.emit(Error(stack=self.plan.stack_name, message=str(exc) or repr(exc),
-                                   fatal=True))
-            self.close(ending(exc))
+            spent = None if isinstance(exc, KeyboardInterrupt) else self._failure
+            if spent is None:
+                self.events.emit(Error(stack=self.plan.stack_name,
+                                       message=str(exc) or repr(exc), fatal=True))
+            self.close(ending(spent or exc))
+            if spent is not None:
+                raise spent from None  # the start failed because the budget stopped it
             raise
         name = self.plan.stack_name
         self._ready_at = time.monotonic()
+        if self._failure is not None:  # spent while handed over: _over_budget saw no pool yet
+            self.close(ending(self._failure))
+            raise self._failure
         ready = self.membership.ready_count()
         self.events.emit(ClusterReady(stack=name, nodes=ready,
                                       duration=self._ready_at - self._started_at,
@@ -232,7 +255,8 @@ class PoolLifecycle:
         plan, options = self.plan, self.plan.options
         assert self.stack is not None
         if plan.spec.ttl:
-            self.nodes.heartbeat = Heartbeat(plan.spec.ttl, self.nodes.silent, plan.stack_name)
+            self.nodes.heartbeat = Heartbeat(plan.spec.ttl, self.nodes.silent, plan.stack_name,
+                                             self._budget or NoBudget())
             self._teardown.add("heartbeat", self.nodes.heartbeat.stop)
             self._lease = LeaseRenewer(plan.stack_name, plan.spec.ttl,
                                        self.stack.renew_lease).start()
@@ -257,7 +281,8 @@ class PoolLifecycle:
                          self.resize)
         self._teardown.add("nodes", self._close_nodes)
         self._teardown.add("collections", collections.close)
-        self._teardown.add("queued calls", lambda: self.dispatcher.close("the pool closed"))
+        self._teardown.add("queued calls", lambda: self.dispatcher.close("the pool closed",
+                                                                         self._failure))
         with self._phase("nodes"):
             self._wait_ready()
         self.reconciler.start()
@@ -332,14 +357,30 @@ class PoolLifecycle:
 
     def close(self, how: str = "pool closed") -> None:
         """Tear the pool down; the stack's destroy always runs (or, with ``keep_warm``, the
-        handover to a keeper), the first error is raised after it. Safe to call twice."""
+        handover to a keeper), the first error is raised after it. Safe to call twice: a
+        second call returns once the first is done."""
         if self._closed.is_set():
+            self._torn_down.wait()  # closing on another thread (the budget's): wait for it
             return
         self._closed.set()
-        self._kept_warm = self._keep_warm(how)
-        self.membership.stop(how)
-        self._how = how
-        self._teardown.run()
+        try:
+            self._kept_warm = self._keep_warm(how)
+            self.membership.stop(how)
+            self._how = how
+            self._teardown.run()
+        finally:
+            self._torn_down.set()
+
+    def _over_budget(self, error: BudgetExceededError) -> None:
+        """The budget is spent: no node joins any more, a start under way fails with
+        ``error``; a pool handed over is closed and destroyed now, on a thread the interpreter
+        waits for (the user's code may be busy elsewhere), its pending calls failing with
+        ``error``."""
+        self._failure = error
+        self.membership.stop(str(error))
+        if self._ready_at is not None:
+            threading.Thread(target=self.close, args=(ending(error),),
+                             name=f"{self.plan.stack_name}-budget-close").start()
 
     def _keep_warm(self, how: str) -> bool:
         """Whether to leave the nodes for the next equal pool: asked for, a clean close (not a
@@ -357,7 +398,7 @@ class PoolLifecycle:
     def _close_nodes(self) -> None:
         """Close every node's connections (and unmount volumes, unless kept warm); their
         unfinished calls fail."""
-        error = NodeConnectionError(f"pool {self.plan.stack_name} closed")
+        error = self._failure or NodeConnectionError(f"pool {self.plan.stack_name} closed")
         for node in self.membership.nodes():
             fail(node.detach() if self._kept_warm else node.close(), error)
 

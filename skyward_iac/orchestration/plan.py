@@ -214,6 +214,7 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
     choice = resolve_spec(tuple(specs), name, fields, options.selection)
     spec = choice.spec
     _check_local_container(spec)
+    _check_budget(spec, options)
     nodes = spec.nodes.desired
     stack_name = new_stack_name(spec)
     # Plugins edit the image and name their bootstrap steps now: a failing hook (named in the
@@ -272,14 +273,24 @@ def _check_policy(spec: Spec, options: Options, choice: offers.Choice, bounds: B
         return
     local = spec.provider.kind == "local"
     try:
-        usd = 0.0 if local else offers.hourly_cost(choice, bounds.ceiling)
+        usd = offers.hourly_cost(choice, bounds.ceiling)  # a Local node at its usd_per_hour
     except Exception:  # noqa: BLE001 - no price: the cost rule cannot hold it back
         usd = 0.0
     policy.check(rules, policy.PoolFacts(
         provider=spec.provider.kind, region=None if local else choice.offer.region,
         instance_type=None if local else choice.offer.instance_type, usd_per_hour=usd,
         max_nodes=bounds.ceiling, ttl=spec.ttl, max_lifetime=options.max_lifetime,
-        tags=options.tags))
+        tags=options.tags, max_cost_usd=options.max_cost_usd))
+
+
+def _check_budget(spec: Spec, options: Options) -> None:
+    """A budget is kept by the nodes too (their watchdog stops them at its deadline when this
+    client is gone), and ``ttl=0`` runs no watchdog: refused rather than half kept."""
+    if options.max_cost_usd is not None and spec.ttl == 0:
+        raise ConfigError(
+            f"Options(max_cost_usd={options.max_cost_usd:g}) needs the nodes' dead-man switch "
+            "(Spec ttl > 0): with ttl=0 nothing on the nodes stops them at the budget if this "
+            "client dies. Set a ttl (default 600 s), or drop the budget")
 
 
 def _check_local_container(spec: Spec) -> None:

@@ -96,6 +96,7 @@ def plan_facts(plan: PoolPlan) -> dict[str, Any]:
         "nodes": request.node_count,
         "max_nodes": request.max_nodes,
         "max_lifetime": request.max_lifetime,
+        "max_cost_usd": plan.options.max_cost_usd,
         "collections": request.collections,
         "tags": dict(request.tags),
     }
@@ -112,6 +113,15 @@ def differences(saved: Any, now: Any, where: str = "") -> list[str]:
                 for line in differences(saved.get(key), now.get(key),
                                         f"{where}.{key}" if where else str(key))]
     return [] if saved == now else [f"{where}: {saved!r} -> {now!r}"]
+
+
+def budget_difference(reviewed: float | None, asked: float | None) -> list[str]:
+    """The reviewed budget bounds whoever applies the plan: the same budget or a smaller
+    one passes, a larger one or none is a difference."""
+    if reviewed is None or (asked is not None and asked <= reviewed):
+        return []
+    return [f"max_cost_usd: {reviewed!r} -> {asked!r} (the reviewed budget is the most the "
+            "pool may spend: ask for it or less)"]
 
 
 def save(plan: PoolPlan, stack: ClusterStack, out: Path, source: dict[str, Any],
@@ -261,7 +271,9 @@ def take(reviewed: ReviewedPlan, tags: dict[str, str]) -> ClusterStack:
 def bind(plan: PoolPlan, reviewed: ReviewedPlan) -> PoolPlan:
     """``plan`` as the reviewed one: its stack and creation time; ``ConfigError`` naming every
     difference when the pool asked for is not the pool that was reviewed."""
-    if changed := differences(reviewed.facts, plan_facts(plan)):
+    saved, asked = dict(reviewed.facts), plan_facts(plan)
+    budget = budget_difference(saved.pop("max_cost_usd", None), asked.pop("max_cost_usd"))
+    if changed := differences(saved, asked) + budget:
         raise ConfigError(
             f"the pool does not match the reviewed plan {reviewed.path} (stack "
             f"{reviewed.stack}); nothing was created. Differences (planned -> now):\n  "

@@ -9,6 +9,8 @@ Usage: python child_pool.py NODES TTL MODE, where MODE is:
   raise  - queue 200 slow calls, cancel some, then raise RuntimeError out of the block.
 Progress lines go to stderr through the `skyward` logger; READY goes to stdout. With
 SKYWARD_TEST_STAMP_SKEW=S its heartbeats carry a clock S seconds off (tests/chaos/skewed_beats.py).
+With SKYWARD_TEST_USD_PER_HOUR=R and SKYWARD_TEST_MAX_COST=B its nodes cost R an hour each
+(sky.Local(usd_per_hour=R)) and the pool has a budget of B (Options(max_cost_usd=B)).
 """
 
 import logging
@@ -35,8 +37,11 @@ def main() -> None:
     if skew := os.environ.get("SKYWARD_TEST_STAMP_SKEW"):
         skew_the_beats(float(skew))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    with sky.Compute(provider=sky.Local(), nodes=nodes, ttl=ttl,
-                     options=sky.Options(gc_on_start=False)) as pool:
+    price = float(os.environ.get("SKYWARD_TEST_USD_PER_HOUR", "0"))
+    budget = os.environ.get("SKYWARD_TEST_MAX_COST")
+    with sky.Compute(provider=sky.Local(usd_per_hour=price), nodes=nodes, ttl=ttl,
+                     options=sky.Options(gc_on_start=False,
+                                         max_cost_usd=float(budget) if budget else None)) as pool:
         print(f"READY {pool.stack_name}", flush=True)
         if mode == "idle":
             while True:

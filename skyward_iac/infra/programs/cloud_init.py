@@ -13,7 +13,9 @@ It does three things before the client first connects:
 The client proves it is alive by writing ``HEARTBEAT_FILE`` on the node over its SSH
 connection. The watchdog reads no time from that file: it notes, on the node's own clock
 (``/proc/uptime``), when it last saw the file change, the rule of the Local provider's
-watchdog (``remote/watchdog.py``, ``api/deadlines.py``).
+watchdog (``remote/watchdog.py``, ``api/deadlines.py``). A pool with a budget also writes
+``BUDGET_FILE`` there: the seconds its budget leaves at the current rate, which the watchdog
+counts down on the same clock from when it sees the file change, and powers off at zero.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from skyward_iac.api.deadlines import BUDGET_FILE
+
 SSH_USER = "skyward"
 WORKDIR = "/opt/skyward"
 HEARTBEAT_FILE = f"{WORKDIR}/heartbeat"
+#: Where the client writes the seconds the pool's budget leaves (``none``: no deadline).
+BUDGET_PATH = f"{WORKDIR}/{BUDGET_FILE}"
 WATCHDOG_PATH = "/usr/local/sbin/skyward-watchdog"
 WATCHDOG_UNIT = "skyward-watchdog.service"
 #: Silence allowed before the first heartbeat: boot plus bootstrap can outlast a short ttl.
@@ -75,7 +81,8 @@ def gce_self_delete(metadata: str = GCE_METADATA, api: str = GCE_COMPUTE_API) ->
 def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
                     grace: int = FIRST_CONTACT_GRACE, heartbeat: str = HEARTBEAT_FILE,
                     interval: float = WATCHDOG_INTERVAL, stop: str = POWER_OFF,
-                    before_stop: str = "", state: str = WATCHDOG_STATE) -> str:
+                    before_stop: str = "", state: str = WATCHDOG_STATE,
+                    budget: str = BUDGET_PATH) -> str:
     """The dead-man switch: power off after ``ttl`` s without a heartbeat.
 
     A beat is any change of the heartbeat file (inode, size, mtime, ctime); silence is counted
@@ -83,10 +90,13 @@ def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
     saw the last change, never from the times the file carries. Before the first beat the
     limit is ``max(ttl, grace)``, counted from the watchdog's first start in this boot. A
     ``max_lifetime`` also powers the node off that long after that start, whatever the
-    heartbeat says (the in-node half of the hard backstop). What it has seen is kept in
-    ``state``, so a restarted watchdog grants no fresh grace. ``heartbeat``, ``interval`` and
-    ``state`` exist so tests can run the real script quickly; ``before_stop`` runs first when
-    it fires (GCP: ``gce_self_delete``), ``stop`` then powers off.
+    heartbeat says (the in-node half of the hard backstop). Each change of the ``budget``
+    file sets the budget's deadline that many whole seconds from then (``none`` clears it), and
+    the node powers off once it passes. What it has seen is kept in ``state``, so a restarted
+    watchdog grants no fresh grace and keeps the budget's deadline. ``heartbeat``,
+    ``interval``, ``state`` and ``budget`` exist so tests can run the real script quickly;
+    ``before_stop`` runs first when it fires (GCP: ``gce_self_delete``), ``stop`` then powers
+    off.
     """
     if ttl <= 0:
         raise ValueError("ttl must be positive; a ttl of 0 means no watchdog at all")
@@ -101,11 +111,17 @@ def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
         f"HEARTBEAT={shlex.quote(heartbeat)}",
         f"STATE={shlex.quote(state)}",
         "tick() { local up rest; read -r up rest < /proc/uptime; NOW=$(( 10#${up/./} )); }",
-        """look() { SEEN_NOW=$(stat -c '%i %s %y %z' "$HEARTBEAT" 2>/dev/null || echo none); }""",
-        ('save() { printf \'%s %s %s\\n%s\\n\' "$STARTED" "$CHANGED" "$BEATEN" "$SEEN" '
-         '> "$STATE.tmp" && mv -f "$STATE.tmp" "$STATE"; }'),
+        f"BUDGET={shlex.quote(budget)}",
+        """state_of() { stat -c '%i %s %y %z' "$1" 2>/dev/null || echo none; }""",
+        'look() { SEEN_NOW=$(state_of "$HEARTBEAT"); }',
+        'look_budget() { BUDGET_NOW=$(state_of "$BUDGET"); }',
+        ('save() { printf \'%s %s %s\\n%s\\n%s\\n%s\\n\' "$STARTED" "$CHANGED" "$BEATEN" '
+         '"$SEEN" "$BUDGET_END" "$BUDGET_SEEN" > "$STATE.tmp" && mv -f "$STATE.tmp" "$STATE"; }'),
         "tick",
-        '{ read -r STARTED CHANGED BEATEN && IFS= read -r SEEN; } 2>/dev/null < "$STATE"',
+        ('{ read -r STARTED CHANGED BEATEN && IFS= read -r SEEN && read -r BUDGET_END '
+         '&& IFS= read -r BUDGET_SEEN; } 2>/dev/null < "$STATE"'),
+        # No budget's deadline (-1) unless a sound one was kept.
+        ('[[ "${BUDGET_END:-x}" =~ ^-?[0-9]+$ ]] || { BUDGET_END=-1; BUDGET_SEEN=; }'),
         # No state, or a damaged one: start now (a damaged state must not stop the watchdog).
         'if ! [[ "${STARTED:-x}${CHANGED:-x}${BEATEN:-x}" =~ ^[0-9]+$ && -n "${SEEN+set}" ]]; then',
         "  look; STARTED=$NOW; CHANGED=$NOW; BEATEN=0; SEEN=$SEEN_NOW; save",
@@ -117,6 +133,15 @@ def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
         '    if [ "$SEEN" != none ]; then CHANGED=$NOW; BEATEN=1; fi',
         "    save",
         "  fi",
+        "  look_budget",
+        '  if [ "$BUDGET_NOW" != "${BUDGET_SEEN:-}" ]; then',
+        "    BUDGET_SEEN=$BUDGET_NOW",
+        '    NOTE=; read -r NOTE 2>/dev/null < "$BUDGET"',
+        # Whole seconds, or none; anything else (a file caught half written) changes nothing.
+        '    if [ "$NOTE" = none ]; then BUDGET_END=-1',
+        '    elif [[ "$NOTE" =~ ^[0-9]{1,9}$ ]]; then BUDGET_END=$(( NOW + 10#$NOTE * 100 )); fi',
+        "    save",
+        "  fi",
         '  if [ "$BEATEN" = 1 ]; then LIMIT=$TTL; else LIMIT=$FIRST_CONTACT; fi',
         "  if [ $(( NOW - CHANGED )) -gt $(( LIMIT * 100 )) ]; then",
         '    logger -t skyward-watchdog "no heartbeat for ${LIMIT}s: powering off"',
@@ -125,6 +150,10 @@ def watchdog_script(ttl: int, max_lifetime: int | None = None, *,
         ('  if [ "$MAX_LIFETIME" -gt 0 ] && '
          '[ $(( NOW - STARTED )) -gt $(( MAX_LIFETIME * 100 )) ]; then'),
         '    logger -t skyward-watchdog "max lifetime ${MAX_LIFETIME}s reached: powering off"',
+        *fire,
+        "  fi",
+        '  if [ "$BUDGET_END" -ge 0 ] && [ "$NOW" -ge "$BUDGET_END" ]; then',
+        '    logger -t skyward-watchdog "the pool\'s budget is spent: powering off"',
         *fire,
         "  fi",
         "done",

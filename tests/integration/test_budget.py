@@ -1,0 +1,111 @@
+"""``Options(max_cost_usd)`` on real Local pools priced with ``sky.Local(usd_per_hour=...)``:
+a warning at 80 %, and at 100 % the pool closed and destroyed, what was pending failing with
+``BudgetExceededError``, and the stack's history saying why it ended.
+
+At $3600/h a Local node costs $1 a second from launch (the meter starts with the pool, before
+its stack exists), so the budget is a deadline a few seconds away."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import skyward_iac as sky
+from skyward_iac.infra.stack import ClusterStack
+from tests.helpers import stack_processes, stack_sandboxes
+
+pytestmark = pytest.mark.integration
+
+
+@sky.function
+def ping() -> str:
+    return "pong"
+
+
+@sky.function
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def assert_gone(stack: str) -> None:
+    assert stack_processes(stack) == [], "a process of the stack outlived it"
+    assert stack_sandboxes(stack) == [], "a sandbox of the stack outlived it"
+    assert ClusterStack.select(stack).resource_count() == 0
+
+
+def ended(stack: str) -> str:
+    """The message of the stack's last update: how its run ended (its destroy)."""
+    last = ClusterStack.select(stack).history()[0]
+    assert last.kind == "destroy" and last.result == "succeeded"
+    return last.message
+
+
+def budget_events(events: list[Any]) -> tuple[list[sky.BudgetWarning], list[sky.BudgetExceeded]]:
+    return ([e for e in events if isinstance(e, sky.BudgetWarning)],
+            [e for e in events if isinstance(e, sky.BudgetExceeded)])
+
+
+def test_five_dollars_at_3600_an_hour_end_the_pool_within_seconds_of_the_fifth() -> None:
+    """The must-show's numbers. A cold Local start takes longer than 5 s here, so the fifth
+    dollar is spent while the pool starts: what is pending then is ``sky.Compute`` itself,
+    and it fails with the budget named as soon as the stack update under way is over."""
+    events: list[Any] = []
+    compute = sky.Compute(provider=sky.Local(usd_per_hour=3600), nodes=1,
+                          options=sky.Options(max_cost_usd=5, gc_on_start=False),
+                          on_event=events.append)
+    stack = compute.stack_name
+    with pytest.raises(sky.BudgetExceededError, match=r"max_cost_usd=5\)") as caught:
+        with compute:
+            pytest.fail("a pool whose budget ran out while it started was handed over")
+    error = caught.value
+    assert error.budget_usd == 5 and error.usd_per_hour == 3600
+    assert 5 <= error.spent_usd < 6, "the guard fired late"  # $1/s: within a second
+    warnings, exceeded = budget_events(events)
+    assert len(warnings) == 1 and 4 <= warnings[0].spent_usd < 5
+    assert len(exceeded) == 1 and exceeded[0].fatal and warnings[0].timestamp < exceeded[0].timestamp
+    destroyed = [e for e in events if isinstance(e, sky.ClusterDestroyed)]
+    assert len(destroyed) == 1
+    # The stack update under way when the dollar was spent finishes first; then the destroy.
+    after = destroyed[0].timestamp - exceeded[0].timestamp
+    print(f"destroyed {after:.1f}s after the fifth dollar")
+    assert after < 60
+    assert_gone(stack)
+    assert ended(stack).startswith("skyward: budget spent: $5.")
+
+
+def test_a_spent_budget_fails_the_pending_call_and_destroys_a_running_pool() -> None:
+    """$40 at $1/s leaves a cold start (about 10-20 s here) time to finish: the pool runs,
+    a call waits on a node, and the fortieth dollar ends it."""
+    events: list[Any] = []
+    budget = 40
+    compute = sky.Compute(provider=sky.Local(usd_per_hour=3600), nodes=1,
+                          options=sky.Options(max_cost_usd=budget, gc_on_start=False),
+                          on_event=events.append)
+    stack = compute.stack_name
+    seen: dict[str, Any] = {}
+    with pytest.raises(sky.BudgetExceededError, match=rf"max_cost_usd={budget}\)") as caught:
+        with compute as pool:
+            assert (ping() >> pool) == "pong"
+            # The node was told how many seconds the budget leaves (a duration, not a time).
+            seen["note"] = (stack_sandboxes(stack)[0] / "work" / "budget").read_text()
+            seen["pending"] = time.monotonic()
+            try:
+                sleep(600) >> pool
+            except sky.BudgetExceededError:
+                seen["failed"] = time.monotonic()
+                # Anything asked of the pool from now on is refused with the same reason.
+                with pytest.raises(sky.BudgetExceededError):
+                    ping() >> pool
+                raise
+    assert "failed" in seen, "the pending call did not fail with the budget"
+    assert 0 < int(seen["note"]) <= budget
+    warnings, exceeded = budget_events(events)
+    assert len(warnings) == 1 and 0.8 * budget <= warnings[0].spent_usd < 0.8 * budget + 1
+    assert len(exceeded) == 1
+    assert budget <= caught.value.spent_usd < budget + 1
+    # The call failed as the budget ran out, not at the end of the teardown.
+    assert seen["failed"] - seen["pending"] < budget
+    assert_gone(stack)
+    assert ended(stack).startswith(f"skyward: budget spent: ${budget}.")
