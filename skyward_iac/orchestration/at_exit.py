@@ -34,6 +34,7 @@ import weakref
 from typing import Any, Protocol
 
 from skyward_iac.observability.console import in_jupyter_kernel
+from skyward_iac.orchestration import interrupts
 
 log = logging.getLogger("skyward")
 
@@ -92,8 +93,8 @@ def forgotten() -> list[Closeable]:
 
 def close_forgotten() -> None:
     """Destroy the pools of sessions nobody closed, concurrently; never raises (it runs at
-    exit: an error is logged; after a Ctrl+C the interpreter still waits for the destroys,
-    a second one leaves them to ``skyward-iac gc``)."""
+    exit: an error is logged). A Ctrl+C meanwhile is noted (the script then exits by SIGINT)
+    and the destroys are still waited for; a second one leaves them to ``skyward-iac gc``."""
     if in_jupyter_kernel():
         # The kernel's reaper destroys them once the kernel is gone (orchestration/notebook.py):
         # a frontend kills a kernel a few seconds into its shutdown, too soon for a destroy.
@@ -102,21 +103,33 @@ def close_forgotten() -> None:
     if not pools:
         return
     names = ", ".join(p.stack_name for p in pools)
-    log.warning("%d pool(s) of a sky.Session that was never closed: destroying %s before the "
-                "interpreter exits (use `with sky.Session() as session:` or session.close())",
-                len(pools), names)
     # Plain non-daemon threads: thread pools may take no work here (the atexit fallback), and
-    # the interpreter waits for these even when a Ctrl+C ends the join below.
+    # the interpreter waits for these even when a Ctrl+C ends the join below. They start
+    # first, so a Ctrl+C that lands in the warning below cannot keep them from running.
     threads = [threading.Thread(target=_teardown, args=(p,), name=f"skyward-exit-{p.stack_name}")
                for p in pools]
+    for thread in threads:
+        thread.start()
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        log.warning("%d pool(s) of a sky.Session that was never closed: destroying %s before "
+                    "the interpreter exits (use `with sky.Session() as session:` or "
+                    "session.close())", len(pools), names)
+        _join(threads)
     except KeyboardInterrupt:
+        # The destroys need the thread pools, which stop taking work once this hook returns:
+        # wait here for them; only a second Ctrl+C leaves them to gc.
+        interrupts.note()
         log.error("interrupted: still destroying %s (Ctrl+C again leaves it to "
                   "`skyward-iac gc`)", names)
+        try:
+            _join(threads)
+        except KeyboardInterrupt:
+            log.error("interrupted again: %s left to `skyward-iac gc`", names)
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
 
 
 def _teardown(pool: Closeable) -> None:

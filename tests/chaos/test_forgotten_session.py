@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,25 @@ def test_a_thread_still_waiting_on_the_pool_gets_an_error_and_the_script_exits()
     assert re.search(rf"^THREAD NodeConnectionError: pool {stack} closed", done.stdout,
                      re.MULTILINE), output[-3000:]
     assert_nothing_left(stack, output)
+
+
+def test_a_ctrl_c_during_the_exit_destroy_exits_by_sigint_and_still_destroys() -> None:
+    """The destroy at exit needs the thread pools, which stop once the exit hook returns: a
+    Ctrl+C there is noted (exit by SIGINT, as any Ctrl+C) and the destroy still waited for."""
+    child = subprocess.Popen([sys.executable, str(SCRIPT), "end"], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert child.stdout is not None
+    lines: list[str] = []
+    for line in child.stdout:
+        lines.append(line)
+        if "sky.Session that was never closed" in line:
+            child.send_signal(signal.SIGINT)
+            break
+    rest, _ = child.communicate(timeout=240)
+    output = "".join(lines) + rest
+    assert child.returncode == -signal.SIGINT, output[-3000:]
+    assert "still destroying" in output, output[-3000:]
+    stack = re.search(r"^READY (\S+)$", output, re.MULTILINE)
+    assert stack, output[-3000:]
+    assert_nothing_left(stack.group(1), output)
