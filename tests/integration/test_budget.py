@@ -7,12 +7,16 @@ its stack exists), so the budget is a deadline a few seconds away."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import skyward_iac as sky
+from skyward_iac.cli import main
+from skyward_iac.infra import policy
 from skyward_iac.infra.stack import ClusterStack
 from tests.helpers import stack_processes, stack_sandboxes
 
@@ -64,7 +68,8 @@ def test_five_dollars_at_3600_an_hour_end_the_pool_within_seconds_of_the_fifth()
     assert 5 <= error.spent_usd < 6, "the guard fired late"  # $1/s: within a second
     warnings, exceeded = budget_events(events)
     assert len(warnings) == 1 and 4 <= warnings[0].spent_usd < 5
-    assert len(exceeded) == 1 and exceeded[0].fatal and warnings[0].timestamp < exceeded[0].timestamp
+    assert len(exceeded) == 1 and exceeded[0].fatal
+    assert warnings[0].timestamp < exceeded[0].timestamp
     destroyed = [e for e in events if isinstance(e, sky.ClusterDestroyed)]
     assert len(destroyed) == 1
     # The stack update under way when the dollar was spent finishes first; then the destroy.
@@ -109,3 +114,30 @@ def test_a_spent_budget_fails_the_pending_call_and_destroys_a_running_pool() -> 
     assert seen["failed"] - seen["pending"] < budget
     assert_gone(stack)
     assert ended(stack).startswith(f"skyward: budget spent: ${budget}.")
+
+
+def test_plan_and_apply_take_a_budget_the_policy_and_the_plan_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-cost-usd`` on ``plan`` meets the policy's ``max_cost_usd`` rule and is recorded
+    in the plan; ``apply --max-cost-usd`` may not ask for more than the plan says."""
+    team = tmp_path / "team.toml"
+    team.write_text("[policy]\nmax_cost_usd = 100\n")
+    monkeypatch.setenv(policy.POLICY_ENV, str(team))
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--provider", "local", "--ttl", "60", "--out", str(out)]) == 1
+    assert "policy.max_cost_usd" in capsys.readouterr().err and not out.exists()
+    assert main(["plan", "--provider", "local", "--ttl", "60", "--max-cost-usd", "50",
+                 "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["facts"]["max_cost_usd"] == 50
+    capsys.readouterr()
+    assert main(["apply", str(out), "--approved", saved["digest"],
+                 "--max-cost-usd", "80"]) == 1
+    refused = capsys.readouterr().err
+    assert "max_cost_usd: 50.0 -> 80.0" in refused and "nothing was created" in refused
+    monkeypatch.delenv(policy.POLICY_ENV)  # the plan alone holds a pool without a budget
+    with pytest.raises(sky.ConfigError, match=r"max_cost_usd: 50.0 -> None"):
+        with sky.Compute(provider=sky.Local(), ttl=60, options=sky.Options(plan=str(out))):
+            pass
+    assert ClusterStack.select(saved["stack"]).resource_count() == 0

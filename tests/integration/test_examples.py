@@ -25,6 +25,7 @@ EXPECTED = {
     "warm_pool.py": "same workers: True",
     "container_image.py": "cuda image: nvidia/cuda:12.8.1-runtime-ubuntu24.04",
     "tensorboard_forward.py": "forwarded page reached: True",
+    "budget.py": "stopped by the budget: True",
 }
 
 

@@ -33,9 +33,10 @@ class Watchdog:
         for tool in bin_dir.iterdir():
             tool.chmod(0o755)
         self.heartbeat, self.state = tmp_path / "heartbeat", tmp_path / "state"
+        self.budget = tmp_path / "budget"
         self.script = tmp_path / "watchdog"
         self.script.write_text(watchdog_script(heartbeat=str(self.heartbeat), state=str(self.state),
-                                               interval=0.1, **kw))
+                                               budget=str(self.budget), interval=0.1, **kw))
         self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -185,3 +186,63 @@ def test_gce_watchdog_deletes_its_own_instance_before_powering_off(tmp_path: Pat
     assert all(flavor == "Google" for method, _, flavor in seen if method == "GET")
     assert "deleting instance gcp-x-node-1" in calls and "systemctl poweroff" in calls
     assert calls.index("deleting instance") < calls.index("systemctl poweroff")
+
+
+def beat_until(dog: Watchdog, seconds: float) -> None:
+    """Beat every 0.2 s for ``seconds`` (or until it powered off): a live client."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and dog.fired_at() is None:
+        stamp(dog.heartbeat, 0)
+        time.sleep(0.2)
+
+
+def test_the_budgets_seconds_count_from_when_it_sees_them_whatever_the_beats(
+        tmp_path: Path) -> None:
+    dog = Watchdog(tmp_path, ttl=60, grace=60)
+    dog.budget.write_text("none\n")  # no deadline (a pool without a budget)
+    dog.start()
+    beat_until(dog, 0.6)
+    assert dog.fired_at() is None
+    told = uptime()
+    dog.budget.write_text("2\n")  # 2 s left at the pool's rate
+    beat_until(dog, 10)
+    fired = dog.fired_at()
+    assert fired is not None, "it never powered off at the budget's deadline"
+    assert 2.0 <= fired - told <= 4, fired - told  # a look (0.1 s) late at most, plus load
+    assert "budget is spent" in dog.wait(1)
+
+
+def test_a_new_note_moves_the_deadline_and_none_clears_it(tmp_path: Path) -> None:
+    dog = Watchdog(tmp_path, ttl=60, grace=60)
+    dog.budget.write_text("1\n")
+    dog.start()
+    time.sleep(0.4)
+    dog.budget.write_text("")  # caught half written: changes nothing yet
+    time.sleep(0.2)
+    dog.budget.write_text("none\n")  # the pool got cheaper: no deadline now
+    beat_until(dog, 2.0)
+    assert dog.fired_at() is None, "a cleared budget still stopped the node"
+
+
+def test_a_restarted_watchdog_keeps_the_budgets_deadline(tmp_path: Path) -> None:
+    dog = Watchdog(tmp_path, ttl=60, grace=60)
+    dog.budget.write_text("30\n")
+    # What an earlier run saw: the note above, with a deadline already 1 s past.
+    now = int(uptime() * 100)
+    seen = subprocess.run(["stat", "-c", "%i %s %y %z", str(dog.budget)], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    dog.state.write_text(f"{now} {now} 1\nnone\n{now - 100}\n{seen}\n")
+    stamp(dog.heartbeat, 0)
+    calls = dog.start().wait(6)
+    assert "budget is spent" in calls  # not 30 s from this start
+
+
+def test_a_state_from_before_budgets_starts_with_none(tmp_path: Path) -> None:
+    dog = Watchdog(tmp_path, ttl=60, grace=60)
+    now = int(uptime() * 100)
+    dog.state.write_text(f"{now} {now} 1\nnone\n")  # an older watchdog's two lines
+    stamp(dog.heartbeat, 0)
+    dog.start()
+    beat_until(dog, 0.6)
+    assert dog.fired_at() is None and dog.process is not None and dog.process.poll() is None
+    assert dog.state.read_text().splitlines()[2] == "-1"  # kept as no deadline
