@@ -9,8 +9,9 @@ with the stack destroyed.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextvars import Token
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
@@ -187,7 +188,11 @@ class MultiPool:
     def __enter__(self) -> tuple[Pool, ...]:
         with ThreadPoolExecutor(max_workers=len(self.computes)) as threads:
             futures = [threads.submit(compute.provision) for compute in self.computes]
-            errors = [f.exception() for f in futures if f.exception() is not None]
+            try:
+                errors = [f.exception() for f in futures if f.exception() is not None]
+            except BaseException:
+                self._close_when_provisioned(futures)
+                raise
         if errors:
             _teardown_all(list(self.computes))
             raise errors[0]  # type: ignore[misc]
@@ -195,6 +200,18 @@ class MultiPool:
 
     def __exit__(self, *exc: object) -> None:
         _teardown_all(list(self.computes))
+
+    def _close_when_provisioned(self, futures: list[Future[Pool]]) -> None:
+        """A Ctrl+C reached this thread while the pools came up in theirs (``__exit__`` will
+        not run): once they have, destroy them all. A thread of its own does it, so a second
+        Ctrl+C ends only the wait; the interpreter still waits for the destroys."""
+        def close() -> None:
+            wait(futures)
+            _teardown_all(list(self.computes))
+
+        closer = threading.Thread(target=close, name="skyward-multipool-close")
+        closer.start()
+        closer.join()
 
 
 def _teardown_all(computes: list[Compute]) -> None:
