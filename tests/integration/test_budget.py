@@ -116,6 +116,33 @@ def test_a_spent_budget_fails_the_pending_call_and_destroys_a_running_pool() -> 
     assert ended(stack).startswith(f"skyward: budget spent: ${budget}.")
 
 
+def read_note(node: Path) -> int:
+    return int((node / "work" / "budget").read_text())
+
+
+def test_a_resize_tells_every_node_the_deadline_at_the_new_rate() -> None:
+    """$0.01 a second per node and $10: about 1000 s at one node, half that at two. After the
+    resize the old node is told the shorter deadline at once, and the new one from its first
+    beat."""
+    compute = sky.Compute(provider=sky.Local(usd_per_hour=36), nodes=1,
+                          options=sky.Options(max_cost_usd=10, gc_on_start=False))
+    with compute as pool:
+        stack = pool.stack_name
+        first = stack_sandboxes(stack)[0]
+        before = read_note(first)
+        assert 900 <= before <= 1000
+        pool.resize(2)
+        end = time.monotonic() + 30
+        while read_note(first) > before * 0.6 and time.monotonic() < end:
+            time.sleep(0.2)
+        notes = [read_note(node) for node in stack_sandboxes(stack)]
+    print(f"told {before}s at 1 node, then {notes} at 2")
+    assert len(notes) == 2
+    # The money left at $0.02/s: half the seconds, less what the resize itself cost.
+    assert all(before / 2 - 60 <= note <= before / 2 for note in notes), (before, notes)
+    assert_gone(stack)
+
+
 def test_plan_and_apply_take_a_budget_the_policy_and_the_plan_hold(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
