@@ -369,7 +369,8 @@ class ClusterStack:
 def list_records(only_live: bool = False) -> list[StackRecord]:
     """Every skyward stack in the backend with its tags and resource count (gc, history).
 
-    ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each.
+    ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each, but
+    for the stacks of plans not applied yet (found in one command: gc expires them).
     The file backend's records are read from disk when their layout is known (no command).
     """
     directory = home.file_backend()
