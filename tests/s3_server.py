@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -51,10 +52,13 @@ def s3_server(host: str = "127.0.0.1", timeout: float = 30.0,
     check keys like a real store (then unknown keys are refused).
     """
     port = free_port(host)
+    # moto logs a line per request on stderr: a pipe nobody reads fills after ~600 requests
+    # and the server blocks mid-request (an engine command then hangs), so it goes to a file.
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
         env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
         start_new_session=True,  # its own group: the stop below reaches any reloader child
     )
     endpoint = f"http://{host}:{port}"
@@ -66,8 +70,8 @@ def s3_server(host: str = "127.0.0.1", timeout: float = 30.0,
                 break
             except OSError:
                 if process.poll() is not None:
-                    output = process.stderr.read().decode() if process.stderr else ""
-                    raise RuntimeError(f"moto server exited: {output}") from None
+                    log.seek(0)
+                    raise RuntimeError(f"moto server exited: {log.read().decode()}") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"moto not ready on {endpoint} in {timeout}s") from None
                 time.sleep(0.1)
@@ -80,8 +84,7 @@ def s3_server(host: str = "127.0.0.1", timeout: float = 30.0,
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        if process.stderr:
-            process.stderr.close()
+        log.close()
 
 
 @pytest.fixture(scope="session")
