@@ -115,13 +115,17 @@ class EngineCommand(PulumiCommand):
                                     daemon=True)]
         for reader in readers:
             reader.start()
-        interrupted = _wait(process, interrupt_policy(args))
+        policy = interrupt_policy(args)
+        interrupted = _wait(process, policy)
         for reader in readers:
             reader.join()
+        result = CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr),
+                               code=process.returncode)
         if interrupted is not None:
+            if policy == "wait":  # the command ran to its end: say how it ended
+                interrupted.completed = result  # type: ignore[attr-defined]
             raise interrupted
-        return CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr),
-                             code=process.returncode)
+        return result
 
 
 def _mend_backend(env: Mapping[str, str]) -> bool:
@@ -132,6 +136,11 @@ def _mend_backend(env: Mapping[str, str]) -> bool:
     if lacking := next((outcome.no_room for outcome in outcomes if outcome.no_room), None):
         raise lacking
     return any(outcome.mended for outcome in outcomes)
+
+
+def completed(interrupt: KeyboardInterrupt) -> CommandResult | None:
+    """How a command that a Ctrl+C let run to its end (a destroy) ended, or None."""
+    return getattr(interrupt, "completed", None)
 
 
 def _wait(process: subprocess.Popen[str], policy: str) -> KeyboardInterrupt | None:

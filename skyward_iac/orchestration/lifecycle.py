@@ -26,6 +26,7 @@ from skyward_iac.api.errors import (
 from skyward_iac.api.plugin import Cluster
 from skyward_iac.infra import gc
 from skyward_iac.infra.cloud_credentials import require_credentials
+from skyward_iac.infra.engine_command import completed
 from skyward_iac.infra.leases import LeaseRenewer
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.provider_plugins import require_plugin
@@ -439,10 +440,13 @@ class PoolLifecycle:
             with self._phase("destroy"):
                 _destroy(stack, f"skyward: {how}", self.plan.options.shutdown_timeout,
                          EngineEventTranslator(name, "destroy", self.events.emit))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             # A Ctrl+C lets a destroy run to its end (engine_command): when it deleted
             # everything the pool is gone all the same, and says so before the Ctrl+C goes on.
-            if _emptied(stack):
+            # Its own exit status says so; no other engine command (a further Ctrl+C would
+            # interrupt that one).
+            ended = completed(interrupt)
+            if (ended.code == 0) if ended is not None else _emptied(stack):
                 self._destroyed(name)
             raise
         self._destroyed(name)

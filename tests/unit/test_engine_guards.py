@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from skyward_iac.infra.engine_command import (
     ATTEMPTS,
     TAGS_FILE_RACE,
     EngineCommand,
+    completed,
     interrupt_policy,
 )
 from skyward_iac.same_user import socket_owner
@@ -107,3 +110,17 @@ def test_other_failures_and_the_last_attempt_raise(tmp_path: Path, failure: str)
         fake_engine(tmp_path).run(["up", "--yes"], str(tmp_path), env)
     expected = ATTEMPTS if TAGS_FILE_RACE in failure else 1
     assert (tmp_path / "runs").read_text().strip() == str(expected)
+
+
+def test_a_destroy_a_ctrl_c_let_finish_says_how_it_ended(tmp_path: Path) -> None:
+    """The interrupt carries the destroy's own result, so the caller needs no engine command
+    (which a further Ctrl+C would interrupt) to know the pool is gone."""
+    engine = fake_engine(tmp_path)
+    slow = FAKE_ENGINE.replace('echo "updated', 'sleep 1; echo "updated')
+    (tmp_path / "bin" / "pulumi").write_text(slow)
+    env = {"RUNS": str(tmp_path / "runs"), "FAILS": "0", "FAILURE": ""}
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        engine.run(["destroy", "--yes"], str(tmp_path), env)
+    ended = completed(caught.value)
+    assert ended is not None and ended.code == 0 and ended.stdout == "updated on run 1"
