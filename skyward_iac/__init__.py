@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         NoActivePoolError,
         NodeConnectionError,
         ObjectNotFoundError,
+        OutOfSpaceError,
         PluginError,
         ProvisionError,
         RemoteError,
@@ -84,7 +85,8 @@ _LAZY = {
     **{name: "skyward_iac.api.errors" for name in (
         "BootstrapError", "BucketNotFoundError", "BudgetExceededError", "CollectionError",
         "CollectionsDisabledError", "ConfigError", "EngineNotFoundError", "HostKeyMismatchError", "NoActivePoolError",
-        "NodeConnectionError", "ObjectNotFoundError", "PluginError", "ProvisionError",
+        "NodeConnectionError", "ObjectNotFoundError", "OutOfSpaceError", "PluginError",
+        "ProvisionError",
         "RemoteError", "SkywardError", "StackNotFoundError", "StorageAccessDeniedError",
         "StorageError", "WorkerCrashedError",
     )},
@@ -158,5 +160,5 @@ __all__ = [
     "BootstrapConsole", "TaskQueued", "TaskStarted", "TaskCompleted", "TaskProgress", "Metric",
     "Log", "Error", "CollectionsLost",
     "StackProgress", "StackPreviewed", "StackUpdated", "StackDestroyed", "ProvisionRetried",
-    "BudgetWarning", "BudgetExceeded", "BudgetExceededError",
+    "BudgetWarning", "BudgetExceeded", "BudgetExceededError", "OutOfSpaceError",
 ]
