@@ -4,6 +4,7 @@ the TCP ports a process listens on; another user's view of a local port."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,21 @@ def http_get_as_nobody(port: int) -> str:
         env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def interrupted_script(args: list[str], marker: str, cwd: Path,
+                       timeout: float = 300) -> tuple[int, str]:
+    """Run ``python ARGS`` and send it SIGINT (a Ctrl+C) when a line of its output holds
+    ``marker``; its exit status and whole output (stdout and stderr together)."""
+    child = subprocess.Popen([sys.executable, *args], cwd=cwd, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(cwd)})
+    assert child.stdout is not None
+    lines: list[str] = []
+    for line in child.stdout:
+        lines.append(line)
+        if marker in line:
+            child.send_signal(signal.SIGINT)
+            break
+    rest, _ = child.communicate(timeout=timeout)
+    return child.returncode, "".join(lines) + rest

@@ -33,14 +33,14 @@ FORGED_EVENT = ('{"sequence": 1, "timestamp": 1, "diagnosticEvent": '
 class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
     """The attacker's resource monitor: enough for a program to start running."""
 
-    def SupportsFeature(self, request, context):  # noqa: N802, ANN001, ANN201
+    def SupportsFeature(self, request, context):
         return resource_pb2.SupportsFeatureResponse(hasSupport=False)
 
 
 class Engine(engine_pb2_grpc.EngineServicer):
     """The attacker's engine: takes the program's log lines."""
 
-    def Log(self, request, context):  # noqa: N802, ANN001, ANN201
+    def Log(self, request, context):
         return empty_pb2.Empty()
 
 

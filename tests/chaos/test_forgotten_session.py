@@ -21,7 +21,7 @@ import pytest
 from skyward_iac.infra.stack import ClusterStack
 from skyward_iac.orchestration.at_exit import HOW
 from tests.chaos.test_lifecycle_chaos import wait_until_gone
-from tests.helpers import stack_processes
+from tests.helpers import interrupted_script, stack_processes
 
 pytestmark = pytest.mark.chaos
 SCRIPT = Path(__file__).with_name("forgotten_session.py")
@@ -80,19 +80,9 @@ def test_a_thread_still_waiting_on_the_pool_gets_an_error_and_the_script_exits()
 def test_a_ctrl_c_during_the_exit_destroy_exits_by_sigint_and_still_destroys() -> None:
     """The destroy at exit needs the thread pools, which stop once the exit hook returns: a
     Ctrl+C there is noted (exit by SIGINT, as any Ctrl+C) and the destroy still waited for."""
-    child = subprocess.Popen([sys.executable, str(SCRIPT), "end"], cwd=ROOT, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert child.stdout is not None
-    lines: list[str] = []
-    for line in child.stdout:
-        lines.append(line)
-        if "sky.Session that was never closed" in line:
-            child.send_signal(signal.SIGINT)
-            break
-    rest, _ = child.communicate(timeout=240)
-    output = "".join(lines) + rest
-    assert child.returncode == -signal.SIGINT, output[-3000:]
+    status, output = interrupted_script([str(SCRIPT), "end"],
+                                        "sky.Session that was never closed", ROOT)
+    assert status == -signal.SIGINT, output[-3000:]
     assert "still destroying" in output, output[-3000:]
     stack = re.search(r"^READY (\S+)$", output, re.MULTILINE)
     assert stack, output[-3000:]

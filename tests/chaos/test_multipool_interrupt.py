@@ -6,17 +6,15 @@ script, two 1-node Local pools, SIGINT during their ``pulumi up``."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from skyward_iac.infra.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import wait_until_gone
+from tests.helpers import interrupted_script
 
 pytestmark = pytest.mark.chaos
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,20 +28,10 @@ with sky.MultiPool(sky.Compute(provider=sky.Local(), nodes=1, ttl=600, options=o
 
 
 def test_a_ctrl_c_while_a_multipool_provisions_destroys_every_pool() -> None:
-    child = subprocess.Popen([sys.executable, "-u", "-c", SCRIPT], cwd=ROOT, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert child.stdout is not None
-    lines: list[str] = []
-    for line in child.stdout:
-        lines.append(line)
-        if "pulumi up [" in line:  # both stacks exist; their nodes are being created
-            child.send_signal(signal.SIGINT)
-            break
-    rest, _ = child.communicate(timeout=300)
-    output = "".join(lines) + rest
+    # Both stacks exist at the first `pulumi up` line; their nodes are being created.
+    status, output = interrupted_script(["-u", "-c", SCRIPT], "pulumi up [", ROOT)
     stacks = set(re.findall(r"stack (\S+): requesting", output))
-    assert child.returncode == -signal.SIGINT, output[-3000:]
+    assert status == -signal.SIGINT, output[-3000:]
     assert "UP" not in output.split()
     assert len(stacks) == 2, output[-3000:]
     for stack in stacks:

@@ -21,8 +21,8 @@ from skyward_iac.infra.engine_command import (
     completed,
     interrupt_policy,
 )
-from skyward_iac.same_user import socket_owner
 from skyward_iac.infra.state_repair import repair
+from skyward_iac.same_user import socket_owner
 
 
 def test_the_owner_of_a_connected_loopback_socket_is_found() -> None:
