@@ -106,15 +106,15 @@ def close_forgotten() -> None:
     # Plain non-daemon threads: thread pools may take no work here (the atexit fallback), and
     # the interpreter waits for these even when a Ctrl+C ends the join below. They start
     # first, so a Ctrl+C that lands in the warning below cannot keep them from running.
-    threads = [threading.Thread(target=_teardown, args=(p,), name=f"skyward-exit-{p.stack_name}")
-               for p in pools]
-    for thread in threads:
-        thread.start()
+    done = [threading.Event() for _ in pools]
+    for pool, finished in zip(pools, done, strict=True):
+        threading.Thread(target=_teardown, args=(pool, finished),
+                         name=f"skyward-exit-{pool.stack_name}").start()
     try:
         log.warning("%d pool(s) of a sky.Session that was never closed: destroying %s before "
                     "the interpreter exits (use `with sky.Session() as session:` or "
                     "session.close())", len(pools), names)
-        _join(threads)
+        _wait(done)
     except KeyboardInterrupt:
         # The destroys need the thread pools, which stop taking work once this hook returns:
         # wait here for them; only a second Ctrl+C leaves them to gc.
@@ -122,21 +122,26 @@ def close_forgotten() -> None:
         log.error("interrupted: still destroying %s (Ctrl+C again leaves it to "
                   "`skyward-iac gc`)", names)
         try:
-            _join(threads)
+            _wait(done)
         except KeyboardInterrupt:
             log.error("interrupted again: %s left to `skyward-iac gc`", names)
 
 
-def _join(threads: list[threading.Thread]) -> None:
-    for thread in threads:
-        thread.join()
+def _wait(done: list[threading.Event]) -> None:
+    # Events, not Thread.join: on Python 3.11 a join that a Ctrl+C interrupts marks the thread
+    # stopped (it releases the running thread's own state lock), so a second join returns at
+    # once and the interpreter no longer waits for it: the destroy was cut off at exit.
+    for finished in done:
+        finished.wait()
 
 
-def _teardown(pool: Closeable) -> None:
+def _teardown(pool: Closeable, finished: threading.Event) -> None:
     try:
         pool.teardown(HOW)
     except Exception as exc:  # noqa: BLE001 - nothing may escape an exit hook
         log.error("stack %s: destroying it at exit failed: %s", pool.stack_name, exc)
+    finally:
+        finished.set()
 
 
 def _forget_in_child() -> None:

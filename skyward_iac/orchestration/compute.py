@@ -204,14 +204,19 @@ class MultiPool:
     def _close_when_provisioned(self, futures: list[Future[Pool]]) -> None:
         """A Ctrl+C reached this thread while the pools came up in theirs (``__exit__`` will
         not run): once they have, destroy them all. A thread of its own does it, so a second
-        Ctrl+C ends only the wait; the interpreter still waits for the destroys."""
-        def close() -> None:
-            wait(futures)
-            _teardown_all(list(self.computes))
+        Ctrl+C ends only the wait; the interpreter still waits for the destroys (an Event, not
+        ``Thread.join``: a join a Ctrl+C interrupts marks the thread stopped on Python 3.11)."""
+        closed = threading.Event()
 
-        closer = threading.Thread(target=close, name="skyward-multipool-close")
-        closer.start()
-        closer.join()
+        def close() -> None:
+            try:
+                wait(futures)
+                _teardown_all(list(self.computes))
+            finally:
+                closed.set()
+
+        threading.Thread(target=close, name="skyward-multipool-close").start()
+        closed.wait()
 
 
 def _teardown_all(computes: list[Compute]) -> None:
