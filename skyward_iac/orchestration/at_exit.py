@@ -26,6 +26,7 @@ the exit too, not at once.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -104,27 +105,51 @@ def close_forgotten() -> None:
         return
     names = ", ".join(p.stack_name for p in pools)
     # Plain non-daemon threads: thread pools may take no work here (the atexit fallback), and
-    # the interpreter waits for these even when a Ctrl+C ends the join below. They start
-    # first, so a Ctrl+C that lands in the warning below cannot keep them from running.
-    done = [threading.Event() for _ in pools]
-    for pool, finished in zip(pools, done, strict=True):
-        threading.Thread(target=_teardown, args=(pool, finished),
-                         name=f"skyward-exit-{pool.stack_name}").start()
+    # the interpreter waits for these even when a Ctrl+C ends the wait below. Every one starts,
+    # whatever Ctrl+C comes meanwhile: it is handled in the wait.
+    interrupted = False
     try:
         log.warning("%d pool(s) of a sky.Session that was never closed: destroying %s before "
                     "the interpreter exits (use `with sky.Session() as session:` or "
                     "session.close())", len(pools), names)
-        _wait(done)
     except KeyboardInterrupt:
-        # The destroys need the thread pools, which stop taking work once this hook returns:
-        # wait here for them; only a second Ctrl+C leaves them to gc.
-        interrupts.note()
-        log.error("interrupted: still destroying %s (Ctrl+C again leaves it to "
-                  "`skyward-iac gc`)", names)
+        interrupted = True
+    done = [threading.Event() for _ in pools]
+    for pool, finished in zip(pools, done, strict=True):
+        thread = threading.Thread(target=_teardown, args=(pool, finished),
+                                  name=f"skyward-exit-{pool.stack_name}")
+        interrupted = _start(thread) or interrupted
+    if not interrupted:
         try:
             _wait(done)
+            return
         except KeyboardInterrupt:
-            log.error("interrupted again: %s left to `skyward-iac gc`", names)
+            pass
+    # The destroys need the thread pools, which stop taking work once this hook returns: wait
+    # here for them; only a second Ctrl+C leaves them to gc.
+    interrupts.note()
+    log.error("interrupted: still destroying %s (Ctrl+C again leaves it to `skyward-iac gc`)",
+              names)
+    try:
+        _wait(done)
+    except KeyboardInterrupt:
+        log.error("interrupted again: %s left to `skyward-iac gc`", names)
+
+
+def _start(thread: threading.Thread) -> bool:
+    """Start ``thread`` even through a Ctrl+C; whether one came. ``Thread.start`` launches the
+    thread, then waits for it to run: a Ctrl+C in that wait leaves it launched (it then sets
+    its ``_started`` itself), one before the launch leaves it to start again."""
+    interrupted = False
+    while True:
+        try:
+            if not thread._started.is_set():  # type: ignore[attr-defined]
+                thread.start()
+            return interrupted
+        except KeyboardInterrupt:
+            interrupted = True
+            with contextlib.suppress(KeyboardInterrupt):
+                thread._started.wait(1.0)  # type: ignore[attr-defined]
 
 
 def _wait(done: list[threading.Event]) -> None:
