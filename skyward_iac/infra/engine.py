@@ -49,9 +49,12 @@ class Engine:
 
 
 def _version_of(binary: Path) -> str | None:
+    # No timeout: `pulumi version` reads no network here (PULUMI_SKIP_UPDATE_CHECK) and ends at
+    # once, and a timed wait polls with sleeps, which a clock shim can break (libfaketime with
+    # a real monotonic clock fails Python's absolute-deadline sleep with EINVAL).
     try:
         out = subprocess.run(
-            [str(binary), "version"], capture_output=True, text=True, timeout=30,
+            [str(binary), "version"], capture_output=True, text=True, check=False,
             env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
         )
     except OSError:
