@@ -9,6 +9,7 @@ resources in someone's stack); a forged ``Engine.Log`` line. Prints ``PORT CALL 
 """
 
 import sys
+import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -56,10 +57,12 @@ def monitor() -> str:
 
 
 MONITORS: list[grpc.Server] = []
+#: The attacker's monitor address, started once before it says READY.
+MONITOR: list[str] = []
 
 
 def run(channel: grpc.Channel, program: str) -> None:
-    address = monitor()
+    address = MONITOR[0]
     stub = language_pb2_grpc.LanguageRuntimeStub(channel)
     # A language host takes the engine's address from a handshake: point it at ours.
     stub.Handshake(language_pb2.LanguageHandshakeRequest(engine_address=address), timeout=20)
@@ -99,17 +102,23 @@ def attack(port: int, program: str) -> None:
 
 def main() -> None:
     ports_file, program = Path(sys.argv[1]), sys.argv[2]
+    MONITOR.append(monitor())
+    print("READY", flush=True)  # imports done: the servers it attacks may live a second only
     seen: set[str] = set()
+    attacks: list[threading.Thread] = []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         lines = ports_file.read_text().split()
         for line in lines:
             if line.isdigit() and line not in seen:
                 seen.add(line)
-                attack(int(line), program)
+                attacks.append(threading.Thread(target=attack, args=(int(line), program)))
+                attacks[-1].start()
         if "end" in lines:
-            return
+            break
         time.sleep(0.002)
+    for thread in attacks:
+        thread.join()
 
 
 if __name__ == "__main__":

@@ -50,11 +50,16 @@ class Arena:
         (self.program / "__main__.py").chmod(0o644)
 
     def attacker(self) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        """User ``nobody``'s attacker, started and ready (the servers live seconds only)."""
+        process = subprocess.Popen(
             ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
              str(ATTACKER), str(self.ports), str(self.program)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/",
             env={**os.environ, "PYTHONPATH": ""})
+        assert process.stdout is not None
+        ready = process.stdout.readline()
+        assert ready.strip() == "READY", ready + process.stdout.read()
+        return process
 
     def offer(self, port: int) -> None:
         with self.ports.open("a") as out:
