@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import skyward_iac as sky  # noqa: E402
-from skyward_iac.infra import engine  # noqa: E402
+from skyward_iac.infra.engine import locate as engine  # noqa: E402
 
 PHASES = ("create", "up", "nodes", "with->first result", "exit->destroyed", "warm->first result")
 #: How long the pool measured before a warm start keeps its nodes for it.

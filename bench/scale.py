@@ -56,7 +56,7 @@ def local(nodes: int) -> dict[str, float]:
     """One pool of ``nodes`` Local nodes, measured from `with` to destroyed (in this process,
     which must be fresh)."""
     import skyward_iac.orchestration.compute  # noqa: F401 - imports are not the pool's cost
-    from skyward_iac.infra import engine
+    from skyward_iac.infra.engine import locate as engine
 
     engine.find_engine()
     rss_before, threads_before = process_status()

@@ -10,7 +10,7 @@ watches the cloud's interruption notice, so the replacement starts before the no
 import threading
 
 import skyward_iac as sky
-from skyward_iac.infra.home import local_nodes_dir
+from skyward_iac.infra.stacks.home import local_nodes_dir
 from skyward_iac.processes import stop_sandbox
 
 

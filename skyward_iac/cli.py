@@ -14,7 +14,7 @@ from skyward_iac.cli_commands import debug, lifecycle, live, offers, paths, prev
 
 
 def _version(args: argparse.Namespace) -> int:
-    from skyward_iac.infra import engine
+    from skyward_iac.infra.engine import locate as engine
 
     found = engine.find_engine()
     if args.json:
@@ -26,8 +26,8 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from skyward_iac.infra import access
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks import access
+    from skyward_iac.infra.stacks.stack import ClusterStack
 
     stack = ClusterStack.select(args.stack)
     updates = stack.history()
@@ -116,7 +116,7 @@ def _engine_failure(exc: Exception) -> str | None:
     from pulumi.automation.errors import CommandError
 
     from skyward_iac.cli_commands.failures import engine_failure
-    from skyward_iac.infra import home
+    from skyward_iac.infra.stacks import home
 
     if not isinstance(exc, CommandError):
         return None

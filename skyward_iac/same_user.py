@@ -3,8 +3,8 @@
 Pulumi's plugins and the Automation API talk gRPC over 127.0.0.1 with no authentication, and
 any local user can connect to 127.0.0.1. Each of these servers, run by us, is built here:
 
-* the dynamic provider (``infra/provider_host.py``), which unpickles what it is sent;
-* the language host (``infra/language_host.py``), whose ``Run`` executes the program that the
+* the dynamic provider (``infra/engine/provider_host.py``), which unpickles what it is sent;
+* the language host (``infra/engine/language_host.py``), whose ``Run`` executes the program that the
   request names;
 * the Automation API's own servers in the client process: the inline program's
   ``LanguageRuntime`` (``Run`` executes the pool's program against the monitor the request

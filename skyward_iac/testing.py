@@ -56,8 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def setup_missing() -> str | None:
     """Why no Local pool can be made on this machine (scripts/setup was not run), or None."""
     from skyward_iac.api.errors import EngineNotFoundError
-    from skyward_iac.infra import engine
-    from skyward_iac.infra.local_node import sshd_binary
+    from skyward_iac.infra.engine import locate as engine
+    from skyward_iac.infra.programs.local_node import sshd_binary
 
     hint = "run scripts/setup from the skyward_iac checkout to install it"
     try:

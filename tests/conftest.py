@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra import engine
+from skyward_iac.infra.engine import locate as engine
 
 #: The local S3 server fixtures (``server``, ``storage``) for the storage and volume tests.
 pytest_plugins = ["tests.s3_server"]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skyward_iac.infra.home import local_nodes_dir
+from skyward_iac.infra.stacks.home import local_nodes_dir
 from skyward_iac.processes import sandbox_processes
 
 

@@ -76,7 +76,7 @@ def execute(path: Path) -> None:
     from nbclient import NotebookClient
     from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-    from skyward_iac.infra import engine
+    from skyward_iac.infra.engine import locate as engine
 
     notebook = nbformat.read(path, as_version=4)
     os.environ["SKYWARD_PULUMI_ROOT"] = str(engine.find_engine().root)

@@ -11,7 +11,7 @@ GPU metrics, one ``nvidia-smi`` query per tick (a node without it reports no GPU
 error). ``Custom`` runs a shell command and reads a number from the last line it prints.
 
 Units: ``%`` (0-100), ``B`` (bytes), ``B/s``, ``C``. GPU samples carry ``device``. The node
-side (reading the sources on a schedule) is ``observability/sampler.py``.
+side (reading the sources on a schedule) is ``node/sampler.py``.
 """
 
 from __future__ import annotations

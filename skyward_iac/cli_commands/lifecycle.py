@@ -26,7 +26,7 @@ def add_commands(commands: Any) -> None:
 
 
 def run_gc(args: argparse.Namespace) -> int:
-    from skyward_iac.infra import gc
+    from skyward_iac.infra.stacks import gc
 
     actions = gc.collect(retention_days=args.retention_days, dry_run=args.dry_run)
     if args.json:
@@ -46,8 +46,8 @@ def run_summary(name: str, tags: dict[str, str], resources: int,
 
     ``updates``: the stack's update history, newest first (read through the CLI when None).
     """
-    from skyward_iac.infra import access
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks import access
+    from skyward_iac.infra.stacks.stack import ClusterStack
 
     if updates is None:
         updates = ClusterStack.select(name).history()
@@ -79,9 +79,10 @@ def run_summary(name: str, tags: dict[str, str], resources: int,
 def run_history_records(limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` runs as plain records; from the file backend's files when
     possible (no engine command per stack), else through the CLI."""
-    from skyward_iac.infra import home, state_files
-    from skyward_iac.infra.stack import PROJECT, list_records
-    from skyward_iac.infra.tags import skyward_tags
+    from skyward_iac.infra.engine import state_files
+    from skyward_iac.infra.stacks import home
+    from skyward_iac.infra.stacks.stack import PROJECT, list_records
+    from skyward_iac.infra.stacks.tags import skyward_tags
 
     directory = home.file_backend()
     stored = state_files.read_stacks(directory, PROJECT) if directory else None

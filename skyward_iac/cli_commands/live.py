@@ -108,8 +108,8 @@ def human_age(seconds: float | None) -> str:
 def owner_running(stack: str, tags: dict[str, str]) -> bool:
     """Whether a process of this machine holds the stack: its creator, or a holder such as
     the adopter of a warm pool."""
-    from skyward_iac.infra import gc
-    from skyward_iac.infra.tags import StackRecord
+    from skyward_iac.infra.stacks import gc
+    from skyward_iac.infra.stacks.tags import StackRecord
 
     return gc.owner_state(StackRecord(stack, tags, 1), gc.look(())) == gc.RUNNING
 
@@ -126,8 +126,8 @@ def owner_text(state: str, judged: str) -> str:
 
 def live_stacks() -> list[LiveStack]:
     """Every stack that holds resources, newest first, its owner judged as gc judges it."""
-    from skyward_iac.infra import gc
-    from skyward_iac.infra.stack import list_records
+    from skyward_iac.infra.stacks import gc
+    from skyward_iac.infra.stacks.stack import list_records
 
     records = [r for r in list_records(only_live=True) if r.resource_count]
     seen = gc.look(records)
@@ -195,9 +195,9 @@ def run_ls(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from skyward_iac.infra import gc, takedown
-    from skyward_iac.infra.stack import ClusterStack
-    from skyward_iac.infra.tags import StackRecord
+    from skyward_iac.infra.stacks import gc, takedown
+    from skyward_iac.infra.stacks.stack import ClusterStack
+    from skyward_iac.infra.stacks.tags import StackRecord
 
     stack = ClusterStack.select(args.stack)  # StackNotFoundError: exit code 3
     count = stack.resource_count()
@@ -254,7 +254,7 @@ def tail_command(workdir: str, lines: int, follow: bool) -> str:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks.stack import ClusterStack
     from skyward_iac.remote import ssh
 
     if args.lines < 0:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import fabric
     import paramiko
 
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks.stack import ClusterStack
     from skyward_iac.remote.forward import Trouble
 
 #: How long reaching a node's sshd may take (each attempt, and retries together).
@@ -67,7 +67,7 @@ def pick_nodes(stack: str, nodes: tuple[NodeAddress, ...], wanted: int | None,
 def live_target(name: str, node: int | None) -> LiveTarget:
     """The stack ``name`` (``StackNotFoundError`` when there is none) with the chosen nodes;
     ``Refused`` when it is down (exit code 3, as ``logs`` says it) or has no such node."""
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks.stack import ClusterStack
 
     stack = ClusterStack.select(name)
     try:  # one engine command: a stack that is down (or not up yet) has no outputs at all
@@ -88,7 +88,7 @@ def connect(node: NodeAddress, outputs: ClusterOutputs) -> fabric.Connection:
 
 
 class Recording:
-    """The access entry of an action (``infra/access.py``), written in a thread while the
+    """The access entry of an action (``infra/stacks/access.py``), written in a thread while the
     action runs: its one or two engine commands stay off the action's path."""
 
     def __init__(self, stack: ClusterStack, action: str) -> None:
@@ -99,7 +99,7 @@ class Recording:
         self._thread.start()
 
     def _write(self, stack: ClusterStack) -> None:
-        from skyward_iac.infra import access
+        from skyward_iac.infra.stacks import access
 
         try:
             access.record(stack, self.action)

@@ -15,7 +15,7 @@ from skyward_iac.cli_commands.spec_flags import (
     positive,
     spec_from_args,
 )
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 
 
 def add_parser(commands: Any) -> None:

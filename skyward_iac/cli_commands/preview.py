@@ -15,8 +15,8 @@ from skyward_iac.cli_commands.spec_flags import (
     positive,
     spec_from_args,
 )
-from skyward_iac.infra.planned import DEFAULT_PLAN_TTL
-from skyward_iac.infra.stack_config import PROVIDERS
+from skyward_iac.infra.stacks.config import PROVIDERS
+from skyward_iac.infra.stacks.planned import DEFAULT_PLAN_TTL
 
 
 def add_parser(commands: Any) -> None:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from skyward_iac.api.spec import Spec
-from skyward_iac.infra.stack_config import spec_from_settings
+from skyward_iac.infra.stacks.config import spec_from_settings
 
 ALLOCATIONS = ("spot-if-available", "spot", "on-demand", "cheapest")
 
@@ -58,7 +58,7 @@ def check_hardware_flags(parser: argparse.ArgumentParser, args: argparse.Namespa
 
 
 def hardware_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The hardware flags as stack-config settings (see ``infra/stack_config.py``)."""
+    """The hardware flags as stack-config settings (see ``infra/stacks/config.py``)."""
     return {
         "accelerator": args.accelerator, "acceleratorCount": args.count,
         "acceleratorMemory": args.accelerator_memory, "vcpus": args.vcpus,

@@ -1,1 +1,1 @@
-"""Pulumi: the engine, stacks and the programs that declare a cluster."""
+"""Pulumi: the engine, stacks, capacity, identity and the programs that declare a cluster."""

@@ -20,7 +20,7 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import Dispatcher, active_pool
 from skyward_iac.api.spec import Options, Spec
 from skyward_iac.collections import context as collections_context
-from skyward_iac.infra import engine
+from skyward_iac.infra.engine import locate as engine
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
 from skyward_iac.orchestration import at_exit

@@ -1,7 +1,7 @@
 """The client's side of the dead-man switch: write every node's heartbeat file over SFTP.
 
 Each beat rewrites the file with a new beat count; the node's watchdog notes on its own
-monotonic clock when it saw the file change (remote/watchdog.py on Local, the cloud-init
+monotonic clock when it saw the file change (node/watchdog.py on Local, the cloud-init
 watchdog on clouds), so no time of this machine travels with a beat and its clock cannot
 matter. While beats arrive, a node keeps living; when they stop for ``ttl`` seconds (this
 process died, lost the network, or the node is unreachable) the node stops itself. A node is

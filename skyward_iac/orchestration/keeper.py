@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from skyward_iac.api.deadlines import warm_until
-from skyward_iac.infra import home, leases
+from skyward_iac.infra.stacks import home, leases
 from skyward_iac.orchestration import warm
 from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.remote import ssh
@@ -172,7 +172,7 @@ class Keeper:
         tmp.replace(self.entry)
 
     def _tag(self, until: str) -> None:
-        from skyward_iac.infra.stack import ClusterStack
+        from skyward_iac.infra.stacks.stack import ClusterStack
 
         try:
             ClusterStack.select(self.pool.stack).set_warm(until)
@@ -180,7 +180,7 @@ class Keeper:
             log.warning("tagging %s warm failed: %s", self.pool.stack, exc)
 
     def _destroy(self, why: str) -> None:
-        from skyward_iac.infra.stack import ClusterStack
+        from skyward_iac.infra.stacks.stack import ClusterStack
 
         log.info("destroying %s: %s", self.pool.stack, why)
         stack = ClusterStack.select(self.pool.stack)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 
 from skyward_iac.api.errors import StackBusyError
-from skyward_iac.infra.tags import StackRecord, process_started
+from skyward_iac.infra.stacks.tags import StackRecord, process_started
 from skyward_iac.processes import is_alive
 
 log = logging.getLogger("skyward.kernel_reaper")
@@ -55,7 +55,7 @@ def wait_for_exit(pid: int, started: str, poll: float = 1.0) -> None:
 
 def destroy(name: str, pid: int) -> None:
     """Destroy one stack left by the kernel ``pid``; a lock its crash left is cleared first."""
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks.stack import ClusterStack
 
     deadline = time.monotonic() + BUSY_PATIENCE
     while True:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s reaper of kernel {args.pid}: %(message)s")
     wait_for_exit(args.pid, args.started)
-    from skyward_iac.infra.stack import list_records
+    from skyward_iac.infra.stacks.stack import list_records
 
     names = owned_stacks(list_records(only_live=True), args.pid, args.started,
                          socket.gethostname())

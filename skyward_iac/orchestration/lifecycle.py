@@ -24,14 +24,14 @@ from skyward_iac.api.errors import (
     StackBusyError,
 )
 from skyward_iac.api.plugin import Cluster
-from skyward_iac.infra import gc
-from skyward_iac.infra.cloud_credentials import require_credentials
-from skyward_iac.infra.engine_command import completed
-from skyward_iac.infra.leases import LeaseRenewer
+from skyward_iac.infra.engine.command import completed
+from skyward_iac.infra.engine.provider_plugins import require_plugin
+from skyward_iac.infra.identity.cloud_credentials import require_credentials
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.provider_plugins import require_plugin
-from skyward_iac.infra.stack import ClusterStack
-from skyward_iac.infra.tags import stack_tags
+from skyward_iac.infra.stacks import gc
+from skyward_iac.infra.stacks.leases import LeaseRenewer
+from skyward_iac.infra.stacks.stack import ClusterStack
+from skyward_iac.infra.stacks.tags import stack_tags
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.console import acquire_console
 from skyward_iac.observability.engine_events import EngineEventTranslator

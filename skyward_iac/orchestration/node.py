@@ -17,6 +17,7 @@ import fabric
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.api.spec import Options, Spec
+from skyward_iac.node.protocol import PreemptionNotice
 from skyward_iac.observability.events import (
     BootstrapConsole,
     BootstrapPhase,
@@ -31,7 +32,6 @@ from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan
 from skyward_iac.remote.bootstrap_progress import StepUpdate
 from skyward_iac.remote.bootstrap_run import bootstrap
 from skyward_iac.remote.includes import IncludesArchive, build_archive
-from skyward_iac.remote.protocol import PreemptionNotice
 from skyward_iac.remote.volumes import MountPlan, unmount_script
 
 log = logging.getLogger("skyward")
@@ -209,7 +209,7 @@ class Node:
         """(Re)tell the agent its place in the pool, e.g. after a peer was replaced."""
         computed = {"global_worker_index", "total_workers", "is_head", "hostname"}
         if "network" not in instance.model_fields_set:
-            computed.add("network")  # the node tells its own (remote/node_facts.py)
+            computed.add("network")  # the node tells its own (node/facts.py)
         self.agent.configure(instance.model_dump(exclude=computed), collections, self.plugins)
 
     def fence(self, timeout: float = 10.0) -> bool:

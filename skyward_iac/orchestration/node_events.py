@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from skyward_iac.node.protocol import PreemptionNotice
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.events import InstancePreempted, Log, Metric
 from skyward_iac.orchestration.dispatch import Dispatcher
@@ -23,7 +24,6 @@ from skyward_iac.orchestration.heartbeat import Heartbeat
 from skyward_iac.orchestration.membership import Membership
 from skyward_iac.orchestration.node import Node, NodeLaunch
 from skyward_iac.remote.agent_client import Submission
-from skyward_iac.remote.protocol import PreemptionNotice
 
 log = logging.getLogger("skyward")
 
@@ -60,7 +60,7 @@ class NodeEvents:
                 self.events.emit(Log(stack=self.stack, line=line, node=node, stream=stream))
 
     def metrics(self, node: int, samples: tuple[Any, ...]) -> None:
-        """A node's ``observability.sampler.MetricSample``s, as ``Metric`` events."""
+        """A node's ``node.sampler.MetricSample``s, as ``Metric`` events."""
         for sample in samples:
             self.events.emit(Metric(stack=self.stack, node=node, name=sample.name,
                                     value=sample.value, unit=sample.unit, device=sample.device,

@@ -26,8 +26,8 @@ import sys
 import threading
 from pathlib import Path
 
-from skyward_iac.infra import home
-from skyward_iac.infra.tags import process_started
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.tags import process_started
 from skyward_iac.observability.console import in_jupyter_kernel
 
 log = logging.getLogger("skyward")

@@ -21,10 +21,10 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.runtime import AcceleratorInfo, InstanceInfo, PeerInfo
 from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
 from skyward_iac.api.volumes import volume_keys
-from skyward_iac.infra import offers, policy
-from skyward_iac.infra.offers import Offer
+from skyward_iac.infra.capacity import offers, policy
+from skyward_iac.infra.capacity.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, program_for
-from skyward_iac.infra.stack import new_stack_name
+from skyward_iac.infra.stacks.stack import new_stack_name
 from skyward_iac.orchestration import reviewed, warm
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.plugins import _client as plugins
@@ -267,7 +267,7 @@ def _fallbacks(specs: tuple[Spec, ...], chosen: offers.Choice, options: Options,
 
 
 def _check_policy(spec: Spec, options: Options, choice: offers.Choice, bounds: Bounds) -> None:
-    """The team's guardrails (``infra/policy.py``), before anything is provisioned."""
+    """The team's guardrails (``infra/capacity/policy.py``), before anything is provisioned."""
     rules = policy.load()
     if not rules:
         return

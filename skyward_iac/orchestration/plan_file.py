@@ -24,7 +24,7 @@ DIGEST_PREFIX = "sha256:"
 
 
 class Planned(Protocol):
-    """One planned resource (``infra.stack.PlannedResource``)."""
+    """One planned resource (``infra.stacks.stack.PlannedResource``)."""
 
     op: str
     type: str

@@ -28,6 +28,7 @@ from skyward_iac.collections import (
     Queue,
     Set,
 )
+from skyward_iac.node.protocol import PickledFunction
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
 from skyward_iac.observability.streams import write_lines
@@ -39,7 +40,6 @@ from skyward_iac.orchestration.notebook import cell_context
 from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.remote.calls import pack_call, pack_function
 from skyward_iac.remote.forward import LocalForward, Trouble
-from skyward_iac.remote.protocol import PickledFunction
 
 T = TypeVar("T")
 R = TypeVar("R")

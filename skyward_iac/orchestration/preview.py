@@ -15,11 +15,12 @@ from typing import Any
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import Options, Spec
-from skyward_iac.infra import engine, planned
-from skyward_iac.infra.offers import Choice
-from skyward_iac.infra.provider_plugins import require_plugin
-from skyward_iac.infra.stack import ClusterStack, Plan
-from skyward_iac.infra.tags import stack_tags
+from skyward_iac.infra.capacity.offers import Choice
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.engine.provider_plugins import require_plugin
+from skyward_iac.infra.stacks import planned
+from skyward_iac.infra.stacks.stack import ClusterStack, Plan
+from skyward_iac.infra.stacks.tags import stack_tags
 from skyward_iac.orchestration import reviewed
 from skyward_iac.orchestration.plan import plan_pool
 

@@ -18,17 +18,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from skyward_iac.infra.cloud_credentials import require_credentials
-from skyward_iac.infra.failover import (
+from skyward_iac.infra.capacity.failover import (
     Alternative,
     alternatives,
     spec_alternatives,
     up_with_failover,
 )
+from skyward_iac.infra.capacity.spot_fallback import up_with_spot_fallback
+from skyward_iac.infra.engine.provider_plugins import require_plugin
+from skyward_iac.infra.identity.cloud_credentials import require_credentials
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.provider_plugins import require_plugin
-from skyward_iac.infra.spot_fallback import up_with_spot_fallback
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.engine_events import EngineEventTranslator
 from skyward_iac.observability.events import (
@@ -173,7 +173,7 @@ class Reconciler:
     def _up(self, request: ClusterRequest, translator: EngineEventTranslator,
             **up_options: Any) -> tuple[ClusterOutputs, ClusterRequest]:
         """One stack update (with the spot fallback); a pool none of whose nodes exists yet
-        moves to the next zone or region when capacity is refused (``infra/failover.py``)."""
+        moves to the next zone or region when capacity is refused (``infra/capacity/failover.py``)."""
         places = [] if self.outputs is not None else (
             alternatives(request) + spec_alternatives(request, self._usable_fallbacks()))
         limit = self.plan.options.max_provision_attempts or DEFAULT_PLACES

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyward_iac.api.errors import ConfigError, StackNotFoundError
-from skyward_iac.infra import home
-from skyward_iac.infra.planned import PLAN_APPLIED, plan_expired
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.planned import PLAN_APPLIED, plan_expired
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration import plan_file
 
 if TYPE_CHECKING:
-    from skyward_iac.infra.stack import Plan
+    from skyward_iac.infra.stacks.stack import Plan
     from skyward_iac.orchestration.plan import PoolPlan
     from skyward_iac.outputs import ClusterOutputs
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from skyward_iac.infra import home
+from skyward_iac.infra.stacks import home
 from skyward_iac.outputs import ClusterOutputs, EtcdMaterial, NodeAddress
 
 #: How long an adopter waits for a keeper's answer.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.plugin import Cluster, Plugin, blame
-from skyward_iac.remote import protocol
+from skyward_iac.node import protocol
 
 if TYPE_CHECKING:
     from skyward_iac.api.spec import Spec, Worker

@@ -1,1 +1,1 @@
-"""Nodes: SSH connections, bootstrap, the wire protocol and the agent that runs tasks."""
+"""Nodes, seen from the client: SSH connections, bootstrap, forwarding and the agent client."""

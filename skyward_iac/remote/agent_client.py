@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError, RemoteError, SkywardError
-from skyward_iac.remote import protocol
-from skyward_iac.remote.pacing import Pace
-from skyward_iac.remote.protocol import (
+from skyward_iac.node import protocol
+from skyward_iac.node.protocol import (
     ByteStream,
     Cancel,
     Configure,
@@ -37,6 +36,7 @@ from skyward_iac.remote.protocol import (
     Task,
     Welcome,
 )
+from skyward_iac.remote.pacing import Pace
 
 #: Called with the node index, the tasks that were pending when its connection broke, and why.
 OnLost = Callable[[int, list["Submission"], str], Any]

@@ -12,7 +12,7 @@ import cloudpickle
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import PendingFunction
-from skyward_iac.remote import protocol
+from skyward_iac.node import protocol
 
 _INSTALLED_ROOTS = tuple(
     Path(p).resolve()

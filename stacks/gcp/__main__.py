@@ -7,7 +7,7 @@ stacks/README.md); the resources come from the package's own stack program, unch
 import pulumi
 
 from skyward_iac.infra.programs import program_for
-from skyward_iac.infra.stack_config import cluster_request, read_pulumi_config
+from skyward_iac.infra.stacks.config import cluster_request, read_pulumi_config
 
 # Named after project and stack, so two projects' stacks called "dev" never share a name.
 request = cluster_request("gcp", read_pulumi_config(),

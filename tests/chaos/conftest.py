@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra import home
+from skyward_iac.infra.stacks import home
 
 #: How long what a test started may take to go away after it.
 GRACE = 30.0
 
 #: A process's kind, by what its command line holds.
 KINDS = {
-    "agent": "skyward_iac.remote.agent",
-    "worker": "skyward_iac.remote.worker",
-    "watchdog": "skyward_iac.remote.watchdog",
+    "agent": "skyward_iac.node.agent",
+    "worker": "skyward_iac.node.worker",
+    "watchdog": "skyward_iac.node.watchdog",
     "keeper": "skyward_iac.orchestration.keeper",
     "provider": "pulumi.dynamic",
     "provider host": "skyward_iac.infra.provider_host",
@@ -79,7 +79,7 @@ def sandboxes(nodes_dir: Path) -> set[Path]:
 
 def stacks_with_resources(before: set[str]) -> dict[str, int]:
     """Stacks created since ``before`` that still hold resources."""
-    from skyward_iac.infra.stack import list_records
+    from skyward_iac.infra.stacks.stack import list_records
 
     return {record.name: record.resource_count for record in list_records(only_live=True)
             if record.name not in before and record.resource_count}
@@ -97,7 +97,7 @@ def _leaks(nodes_dir: Path, pids_before: set[int], sandboxes_before: set[Path],
 
 @pytest.fixture(autouse=True)
 def leak_check() -> Iterator[None]:
-    from skyward_iac.infra.stack import list_records
+    from skyward_iac.infra.stacks.stack import list_records
 
     nodes_dir = home.local_nodes_dir()
     pids_before = set(processes(home.skyward_home()))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.cli import main
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import Child
 from tests.helpers import stack_processes, stack_sandboxes
 

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import ROOT, Child, skyward_iac, wait_until_gone
 from tests.helpers import listening_ports
 

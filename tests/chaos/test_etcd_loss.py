@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.home import local_nodes_dir
+from skyward_iac.infra.stacks.home import local_nodes_dir
 from skyward_iac.processes import sandbox_processes
 from tests.agent_process import wait_until
 from tests.chaos.test_pool_faults import assert_nothing_left

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration.at_exit import HOW
 from tests.chaos.test_lifecycle_chaos import wait_until_gone
 from tests.helpers import interrupted_script, stack_processes

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.errors import OutOfSpaceError
-from skyward_iac.infra import engine, home
-from skyward_iac.infra.stack import ClusterStack
-from skyward_iac.infra.state_repair import SETTLE_SMALL, mend, repair
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.engine.state_repair import SETTLE_SMALL, mend, repair
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import Child, skyward_iac, wait_until_gone
 
 pytestmark = pytest.mark.chaos

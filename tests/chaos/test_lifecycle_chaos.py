@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.cli import main
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.helpers import stack_processes, stack_sandboxes
 
 pytestmark = pytest.mark.chaos
@@ -185,7 +185,7 @@ def test_history_lists_destroyed_runs_with_how_they_ended() -> None:
 
 def test_a_node_killed_during_a_map_is_replaced_and_every_result_is_right() -> None:
     import skyward_iac as sky
-    from skyward_iac.infra.home import local_nodes_dir
+    from skyward_iac.infra.stacks.home import local_nodes_dir
     from skyward_iac.processes import stop_sandbox
 
     def slow_square(x: int) -> int:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.home import local_nodes_dir
-from skyward_iac.infra.local_node import FIRST_CONTACT_GRACE
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.programs.local_node import FIRST_CONTACT_GRACE
+from skyward_iac.infra.stacks.home import local_nodes_dir
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import Child, skyward_iac, wait_until_gone
 from tests.helpers import stack_processes
 

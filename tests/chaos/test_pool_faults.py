@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.home import local_nodes_dir
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.home import local_nodes_dir
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.processes import sandbox_processes, stop_sandbox
 from tests.chaos.test_lifecycle_chaos import ROOT, Child, wait_until_gone
 from tests.helpers import stack_processes, stack_sandboxes

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.home import local_nodes_dir
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.home import local_nodes_dir
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration import heartbeat
 from tests.chaos.skewed_beats import stamp_like_the_old_client
 from tests.chaos.test_lifecycle_chaos import Child, skyward_iac, wait_until_gone

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration import warm
 from tests.chaos.test_lifecycle_chaos import ROOT, skyward_iac, wait_until_gone
 
@@ -123,7 +123,7 @@ def test_a_dead_keepers_nodes_stop_after_ttl_and_gc_empties_the_stack() -> None:
 
 
 def _key_of(stack: str) -> str | None:
-    from skyward_iac.infra import home
+    from skyward_iac.infra.stacks import home
 
     for directory in (home.skyward_home() / "warm").iterdir():
         if (directory / f"{stack}.json").exists():

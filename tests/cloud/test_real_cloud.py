@@ -15,9 +15,9 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.errors import EngineNotFoundError
-from skyward_iac.infra import home
-from skyward_iac.infra.provider_plugins import plugin_version, require_plugin
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.engine.provider_plugins import plugin_version, require_plugin
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.stack import ClusterStack
 
 pytestmark = pytest.mark.cloud
 

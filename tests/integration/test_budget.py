@@ -16,8 +16,8 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.cli import main
-from skyward_iac.infra import policy
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.capacity import policy
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.helpers import stack_processes, stack_sandboxes
 
 pytestmark = pytest.mark.integration

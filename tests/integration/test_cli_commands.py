@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.cli_commands.live import NOT_FOUND, REFUSED
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.chaos.test_lifecycle_chaos import ROOT, Child, holding_pool, wait_until_gone
 from tests.unit.test_cli_offers import run as cli  # skyward-iac in this process: code, out, err
 

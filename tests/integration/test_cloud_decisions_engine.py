@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from skyward_iac.infra import stack as stack_module
-from skyward_iac.infra.lean_stack import LeanStack
+from skyward_iac.infra.engine.lean_stack import LeanStack
 from skyward_iac.infra.programs import pins
 from skyward_iac.infra.programs.decisions import Recorder, StackProgram, canonical
+from skyward_iac.infra.stacks import stack as stack_module
 
 pytestmark = pytest.mark.integration
 NODES = canonical({"0": {"image": "ami-0001", "zone": "us-east-1b"}})

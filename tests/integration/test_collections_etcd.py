@@ -29,16 +29,9 @@ from typing import TypeVar
 import pytest
 
 from skyward_iac import collections as sky_collections
-from skyward_iac.collections import (
-    Backend,
-    BackendConfig,
-    CollectionError,
-    connect,
-    context,
-    pki,
-    server,
-)
+from skyward_iac.collections import Backend, BackendConfig, CollectionError, connect, context, pki
 from skyward_iac.collections.client import EtcdClient
+from skyward_iac.node import etcd_server as server
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -78,7 +71,7 @@ def _free_loopback() -> tuple[str, int, int]:
 
 
 def _launch(argv: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "skyward_iac.collections.server", *argv],
+    return subprocess.run([sys.executable, "-m", "skyward_iac.node.etcd_server", *argv],
                           input=stdin, capture_output=True, text=True, timeout=60)
 
 
@@ -270,8 +263,9 @@ def test_cluster_pki_resource_in_a_real_stack() -> None:
     import pulumi.automation as auto
 
     from skyward_iac.api.errors import EngineNotFoundError
-    from skyward_iac.infra import engine, home
-    from skyward_iac.infra.cluster_pki import ClusterPKI
+    from skyward_iac.infra.engine import locate as engine
+    from skyward_iac.infra.identity.cluster_pki import ClusterPKI
+    from skyward_iac.infra.stacks import home
 
     try:
         found = engine.find_engine()

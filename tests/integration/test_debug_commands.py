@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra import access
+from skyward_iac.infra.stacks import access
 from tests.chaos.test_lifecycle_chaos import ROOT, Child, holding_pool
 from tests.helpers import http_get_as_nobody
 from tests.unit.test_cli_offers import run as cli  # skyward-iac in this process

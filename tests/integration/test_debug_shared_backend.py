@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.s3_server import S3Server, team_state_env
 
 pytestmark = pytest.mark.integration

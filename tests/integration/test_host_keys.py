@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.keys import generate_keypair
+from skyward_iac.infra.identity.keys import generate_keypair
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.stack import ClusterStack, new_stack_name
-from skyward_iac.infra.tags import stack_tags
+from skyward_iac.infra.stacks.stack import ClusterStack, new_stack_name
+from skyward_iac.infra.stacks.tags import stack_tags
 from skyward_iac.outputs import ClusterOutputs
 from skyward_iac.remote import ssh
 

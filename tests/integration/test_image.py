@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.stack import ClusterStack, list_records
+from skyward_iac.infra.stacks.stack import ClusterStack, list_records
 from skyward_iac.observability.events import BootstrapPhase, Event, InstanceBootstrapped
 from skyward_iac.remote.bootstrap_run import upload_uv
 from tests.helpers import stack_processes, stack_sandboxes

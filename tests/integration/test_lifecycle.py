@@ -9,8 +9,9 @@ import sys
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import engine, home
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.helpers import stack_processes, stack_sandboxes
 
 

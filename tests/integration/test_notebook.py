@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.processes import is_alive
 from tests.helpers import stack_processes, stack_sandboxes
 from tests.integration.notebook_kernel import Kernel, ipython_dir

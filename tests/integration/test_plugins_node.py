@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import skyward_iac as sky
+from skyward_iac.node import protocol
 from skyward_iac.plugins import LaunchCommand, LaunchContext, Plugin
 from skyward_iac.plugins._client import node_plugins
-from skyward_iac.remote import protocol
 from skyward_iac.remote.agent_client import AgentClient
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def agent(tmp_path: Path, *flags: str) -> Iterator[AgentClient]:
     """A real agent process on loopback, connected and authenticated."""
     (tmp_path / "token").write_text(TOKEN)
     process = subprocess.Popen(
-        [sys.executable, "-m", "skyward_iac.remote.agent", "--token-file", str(tmp_path / "token"),
+        [sys.executable, "-m", "skyward_iac.node.agent", "--token-file", str(tmp_path / "token"),
          "--port-file", str(tmp_path / "port"), *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
     )

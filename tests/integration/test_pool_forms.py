@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import skyward_iac as sky
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 
 
 @sky.function

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 
 
 @sky.function

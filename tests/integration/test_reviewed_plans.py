@@ -11,7 +11,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.cli import main
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration import plan_file
 
 

@@ -19,8 +19,8 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.cli import main
-from skyward_iac.infra import home
-from skyward_iac.infra.stack import ClusterStack, list_records
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.stack import ClusterStack, list_records
 from skyward_iac.orchestration import plan_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import skyward_iac as sky
-from skyward_iac.infra.local_node import FIRST_CONTACT_GRACE
+from skyward_iac.infra.programs.local_node import FIRST_CONTACT_GRACE
 
 
 @sky.function

@@ -21,8 +21,8 @@ import pytest
 from google.protobuf import empty_pb2
 from pulumi.runtime.proto import language_pb2, language_pb2_grpc
 
-from skyward_iac.infra import engine
-from skyward_iac.infra.language_host import parse_args, serve
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.engine.language_host import parse_args, serve
 from tests.helpers import stack_processes, stack_sandboxes
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,9 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.cli import main
-from skyward_iac.infra import engine, gc
-from skyward_iac.infra.stack import list_records
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.stacks import gc
+from skyward_iac.infra.stacks.stack import list_records
 from tests.s3_server import S3Server, s3_server, team_state_env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.volumes import VolumeKeys, keys_from_outputs
-from skyward_iac.infra import home
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.exports import volume_exports
-from skyward_iac.infra.stack import _workspace
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.stack import _workspace
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from skyward_iac.api.errors import NodeConnectionError
-from skyward_iac.remote import protocol
+from skyward_iac.node import protocol
+from skyward_iac.node.protocol import Welcome
 from skyward_iac.remote.agent_client import AgentClient, Submission, fail
 from skyward_iac.remote.pacing import ahead
-from skyward_iac.remote.protocol import Welcome
 from tests.agent_process import TOKEN, closed_without_greeting, running_agent
 
 
@@ -107,8 +107,8 @@ def test_a_task_failed_by_the_client_gets_its_time_out_as_duration() -> None:
 
 def test_a_retained_notice_reaches_clients_that_connect_later() -> None:
     """A preemption notice seen before the client connects (or reconnects) is not lost."""
-    from skyward_iac.remote.agent import Listeners
-    from skyward_iac.remote.protocol import PreemptionNotice
+    from skyward_iac.node.agent import Listeners
+    from skyward_iac.node.protocol import PreemptionNotice
 
     class Recorder:
         def __init__(self) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.errors import RemoteError
-from skyward_iac.remote import protocol
+from skyward_iac.node import protocol
 from skyward_iac.remote.agent_client import AgentClient
 from tests.agent_process import TOKEN, Agent, running, running_agent, wait_until
 

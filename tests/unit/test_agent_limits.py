@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import lz4.frame
 import pytest
 
-from skyward_iac.remote import protocol
+from skyward_iac.node import protocol
 from tests.agent_process import (
     TOKEN,
     Agent,

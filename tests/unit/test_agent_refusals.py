@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from skyward_iac.remote import protocol
-from skyward_iac.remote.refusals import RefusalTally
+from skyward_iac.node import protocol
+from skyward_iac.node.refusals import RefusalTally
 from tests.agent_process import running_agent, wait_until
 
 FLOOD = 600

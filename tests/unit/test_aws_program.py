@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.programs import ClusterRequest, common, program_for
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.cloud_init import (

@@ -25,8 +25,8 @@ from skyward_iac.api.deadlines import (
     start_watch,
     watchdog_stop_reason,
 )
-from skyward_iac.infra import policy
-from skyward_iac.infra.policy import PoolFacts
+from skyward_iac.infra.capacity import policy
+from skyward_iac.infra.capacity.policy import PoolFacts
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.orchestration import reviewed
 from skyward_iac.orchestration.budget import BudgetGuard, NoBudget, about
@@ -242,7 +242,7 @@ def test_the_local_watchdog_stops_the_node_when_the_budget_it_was_told_runs_out(
     log = tmp_path / "watchdog.log"
     with log.open("wb") as out:
         watchdog = subprocess.Popen(
-            [sys.executable, "-m", "skyward_iac.remote.watchdog", "--heartbeat", str(heartbeat),
+            [sys.executable, "-m", "skyward_iac.node.watchdog", "--heartbeat", str(heartbeat),
              "--ttl", "2", "--first-contact", "600", "--sandbox", str(sandbox)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:

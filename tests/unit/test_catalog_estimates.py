@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 from skyward_iac.observability.console import LogConsole
 from skyward_iac.observability.events import ClusterRequested
 

@@ -9,7 +9,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.cli import main
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

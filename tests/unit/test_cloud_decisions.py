@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
-from skyward_iac.infra import stack as stack_module
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.programs import ClusterRequest, decisions, pins
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.gcp import gcp_program
 from skyward_iac.infra.programs.testing import AWS_INVOKES, ProgramMocks, run_program
+from skyward_iac.infra.stacks import stack as stack_module
 from tests.unit import test_aws_program as aws_tests
 from tests.unit import test_gcp_program as gcp_tests
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skyward_iac.api.accelerators import vendor_of
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.programs.aws import ami_query
 from skyward_iac.infra.programs.common import DRIVER_RUNS
 from skyward_iac.infra.programs.gcp import boot_image

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import cloud_identity
-from skyward_iac.infra import stack as stack_module
+from skyward_iac.infra.identity import cloud_identity
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.gcp import gcp_program
 from skyward_iac.infra.programs.pins import Resolvers, config_values, stack_pins
 from skyward_iac.infra.programs.testing import ProgramMocks, run_program
-from skyward_iac.infra.stack_config import cluster_request
+from skyward_iac.infra.stacks import stack as stack_module
+from skyward_iac.infra.stacks.config import cluster_request
 from tests.unit import test_aws_program as aws_tests
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from skyward_iac.collections import pki
-from skyward_iac.infra.cluster_pki import SECRET_OUTPUTS, ClusterPKI, ClusterPKIProvider
+from skyward_iac.infra.identity.cluster_pki import SECRET_OUTPUTS, ClusterPKI, ClusterPKIProvider
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_reprs_never_show_private_keys(bundle: pki.ClusterCertificates) -> None:
 
 
 def test_provider_creates_secrets_and_forgets_the_ca_key() -> None:
-    assert ClusterPKIProvider.__module__ == "skyward_iac.infra.cluster_pki"  # pickled by path
+    assert ClusterPKIProvider.__module__ == "skyward_iac.infra.identity.cluster_pki"  # pickled by path
     assert set(SECRET_OUTPUTS) == {"server_key_pem", "client_key_pem"}
     result = ClusterPKIProvider().create({"stack": "s1", "server_addresses": ["10.0.0.9"]})
     outs = result.outs or {}

@@ -402,7 +402,7 @@ def test_rich_console_leaves_redirected_stdout_in_its_file(tmp_path: Path) -> No
 FEED_ENGINE = textwrap.dedent("""
     import sys
     import pulumi, pulumi.automation as auto
-    from skyward_iac.infra import engine
+    from skyward_iac.infra.engine import locate as engine
     from skyward_iac.observability import events as ev
     from skyward_iac.observability.bus import EventBus
     from skyward_iac.observability.console import console_for
@@ -438,7 +438,7 @@ FEED_ENGINE = textwrap.dedent("""
 
 @pytest.mark.integration
 def test_rich_console_shows_a_real_pulumi_up_as_progress(tmp_path: Path) -> None:
-    from skyward_iac.infra import engine
+    from skyward_iac.infra.engine import locate as engine
 
     try:
         engine.find_engine()

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.errors import EngineNotFoundError
-from skyward_iac.infra import engine, home
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.stacks import home
 
 
 def test_found_engine_is_the_pinned_build_and_not_older_than_the_sdk() -> None:

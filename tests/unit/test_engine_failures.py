@@ -15,9 +15,9 @@ from pulumi.automation import CommandResult
 from pulumi.automation.errors import CommandError
 
 from skyward_iac.api.errors import OutOfSpaceError, ProvisionError
-from skyward_iac.infra.disk_space import human_bytes
-from skyward_iac.infra.engine_command import EngineCommand
-from skyward_iac.infra.engine_failures import (
+from skyward_iac.infra.engine.command import EngineCommand
+from skyward_iac.infra.engine.disk_space import human_bytes
+from skyward_iac.infra.engine.failures import (
     CHECKPOINTS_PER_DESTROY,
     CHECKPOINTS_PER_UPDATE,
     SMALL_WRITE,

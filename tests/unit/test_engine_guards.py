@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from pulumi.automation.errors import CommandError
 
-from skyward_iac.infra.engine_command import (
+from skyward_iac.infra.engine.command import (
     ATTEMPTS,
     TAGS_FILE_RACE,
     EngineCommand,
     completed,
     interrupt_policy,
 )
-from skyward_iac.infra.state_repair import repair
+from skyward_iac.infra.engine.state_repair import repair
 from skyward_iac.same_user import socket_owner
 
 

@@ -339,7 +339,7 @@ def test_translator_on_a_real_engine(tmp_path: Any) -> None:
     import pulumi
     import pulumi.automation as auto
 
-    from skyward_iac.infra import engine
+    from skyward_iac.infra.engine import locate as engine
 
     try:
         found = engine.find_engine()

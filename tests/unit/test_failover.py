@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
-from skyward_iac.infra.failover import alternatives, capacity_refused
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.capacity.failover import alternatives, capacity_refused
 from skyward_iac.infra.programs import ClusterRequest
 
 
@@ -68,7 +68,7 @@ def test_what_counts_as_no_capacity(message: str, refused: bool) -> None:
 
 def test_up_with_failover_moves_until_a_place_has_capacity() -> None:
     from skyward_iac.api.errors import ProvisionError
-    from skyward_iac.infra.failover import up_with_failover
+    from skyward_iac.infra.capacity.failover import up_with_failover
 
     request = request_for(sky.Spec(sky.GCP(), sky.accelerators.L4(), allocation="on-demand"), 3)
     places = alternatives(request)
@@ -90,7 +90,7 @@ def test_up_with_failover_moves_until_a_place_has_capacity() -> None:
 
 def test_up_with_failover_gives_up_at_the_limit_and_on_other_errors() -> None:
     from skyward_iac.api.errors import ProvisionError
-    from skyward_iac.infra.failover import up_with_failover
+    from skyward_iac.infra.capacity.failover import up_with_failover
 
     request = request_for(sky.Spec(sky.GCP(), sky.accelerators.L4(), allocation="on-demand"))
     calls: list[ClusterRequest] = []
@@ -119,7 +119,7 @@ def test_a_multi_spec_pool_moves_to_the_next_spec_after_its_own_places() -> None
     """AWS first (pinned region: no other region), then GCP: after the AWS places are
     exhausted the same stack declares the GCP Spec, at its own offer, on its own market."""
     from skyward_iac.api.errors import ProvisionError
-    from skyward_iac.infra.failover import spec_alternatives, up_with_failover
+    from skyward_iac.infra.capacity.failover import spec_alternatives, up_with_failover
     from skyward_iac.orchestration.plan import plan_pool
 
     aws = sky.Spec(sky.AWS(region="us-east-1", ssh_cidr="1.2.3.4/32"), sky.accelerators.L4(),

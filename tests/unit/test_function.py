@@ -145,10 +145,10 @@ def test_an_async_function_that_raises_raises_its_own_error() -> None:
 def test_the_worker_runs_an_async_function_and_pickles_its_result() -> None:
     """What the worker does with a call, end to end through pickling: the result, not a
     'cannot pickle coroutine' failure (a function hiding its async def is run too)."""
-    from skyward_iac.remote import protocol
+    from skyward_iac.node import protocol
+    from skyward_iac.node.protocol import Task
+    from skyward_iac.node.worker import run_task
     from skyward_iac.remote.calls import pack_call
-    from skyward_iac.remote.protocol import Task
-    from skyward_iac.remote.worker import run_task
 
     hidden = functools.partial(double_later.fn.fn, 5)  # type: ignore[attr-defined]
     for pending, expected in ((double_later(21), 42), (sky.function(lambda: hidden())(), 10)):

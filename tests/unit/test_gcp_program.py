@@ -11,7 +11,7 @@ import pulumi.automation as auto
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.programs import ClusterRequest, common, program_for
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.gcp import gcp_program

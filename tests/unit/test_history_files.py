@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from skyward_iac.infra.state_files import read_stacks
+from skyward_iac.infra.engine.state_files import read_stacks
 
 
 def write(path: Path, document: object, compress: bool = False) -> None:

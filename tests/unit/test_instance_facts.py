@@ -9,9 +9,9 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import validated
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
+from skyward_iac.node.facts import interface_speed_gbps, network_facts, route_interface
 from skyward_iac.orchestration.plan import accelerator_info
-from skyward_iac.remote.node_facts import interface_speed_gbps, network_facts, route_interface
 
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
 eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0

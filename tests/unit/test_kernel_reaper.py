@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from skyward_iac.infra.tags import StackRecord, process_started
+from skyward_iac.infra.stacks.tags import StackRecord, process_started
 from skyward_iac.orchestration.kernel_reaper import owned_stacks, wait_for_exit
 from skyward_iac.orchestration.notebook import cell_context, destroy_at_kernel_exit
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.deadlines import MIN_LEASE, LeaseSighting
-from skyward_iac.infra import leases
-from skyward_iac.infra.gc import DEAD, ELSEWHERE, RUNNING, Look, collect_reason, owner_state
-from skyward_iac.infra.leases import LeaseRenewer
-from skyward_iac.infra.tags import ProcessId, StackRecord
+from skyward_iac.infra.stacks import leases
+from skyward_iac.infra.stacks.gc import DEAD, ELSEWHERE, RUNNING, Look, collect_reason, owner_state
+from skyward_iac.infra.stacks.leases import LeaseRenewer
+from skyward_iac.infra.stacks.tags import ProcessId, StackRecord
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 PAST = "2026-11-24T11:30:00+00:00"

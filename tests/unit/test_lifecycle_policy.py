@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.deadlines import beat_interval, watch_interval
-from skyward_iac.infra.gc import DEAD, RUNNING, Look, collect_reason, owner_state, prune_reason
-from skyward_iac.infra.tags import StackRecord, decode_tags, encode_tags, process_started
+from skyward_iac.infra.stacks.gc import (
+    DEAD,
+    RUNNING,
+    Look,
+    collect_reason,
+    owner_state,
+    prune_reason,
+)
+from skyward_iac.infra.stacks.tags import StackRecord, decode_tags, encode_tags, process_started
+from skyward_iac.node.watchdog import beat_state
 from skyward_iac.orchestration.compute import ending
-from skyward_iac.remote.watchdog import beat_state
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -116,7 +123,7 @@ def test_a_warm_pool_is_left_to_its_keeper_until_its_warm_time_is_over() -> None
 
 
 def test_orphan_sandboxes_are_those_of_this_backend_without_a_stack(tmp_path: Path) -> None:
-    from skyward_iac.infra.local_node import BACKEND_FILE, orphan_sandboxes, sandbox_dirs
+    from skyward_iac.infra.programs.local_node import BACKEND_FILE, orphan_sandboxes, sandbox_dirs
 
     def sandbox(stack: str, backend: str | None) -> Path:
         node = tmp_path / stack / "node-0"

@@ -83,7 +83,7 @@ def test_default_file_lives_under_the_skyward_home(home: Path) -> None:
 
 def test_modules_logging_by_name_are_captured_too(home: Path) -> None:
     configured = configure_logging(LogConfig(level="DEBUG", console=False))
-    logging.getLogger("skyward_iac.infra.stack").debug("engine said hi")
+    logging.getLogger("skyward_iac.infra.stacks.stack").debug("engine said hi")
     assert configured.file is not None and "engine said hi" in configured.file.read_text()
 
 

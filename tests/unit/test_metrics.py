@@ -15,7 +15,7 @@ import pytest
 
 from skyward_iac.api import metrics as m
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.observability import sampler as node
+from skyward_iac.node import sampler as node
 
 
 def by_name(samples: list[node.MetricSample]) -> dict[str, node.MetricSample]:

@@ -22,12 +22,12 @@ from skyward_iac.cli_commands.debug import (
     split_words,
 )
 from skyward_iac.cli_commands.node_access import Refused, pick_nodes
-from skyward_iac.infra import access
-from skyward_iac.same_user import accepted_socket_owner, from_this_user
-from skyward_iac.infra.tags import decode_tags, encode_tags
+from skyward_iac.infra.stacks import access
+from skyward_iac.infra.stacks.tags import decode_tags, encode_tags
 from skyward_iac.outputs import NodeAddress
 from skyward_iac.remote.sftp_copy import remote_path
 from skyward_iac.remote.shell import command_line, node_command
+from skyward_iac.same_user import accepted_socket_owner, from_this_user
 
 
 @pytest.mark.parametrize(("words", "expected"), [

@@ -8,8 +8,8 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.accelerators import KNOWN
-from skyward_iac.infra import offers
-from skyward_iac.infra.offers import Catalog, Offer, market_for
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.capacity.offers import Catalog, Offer, market_for
 
 A = sky.accelerators
 

@@ -8,7 +8,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """The plan file's seal and layout (``orchestration/plan_file.py``) and gc's rule for the stacks
-of plans nobody applied (``infra/planned.py``): pure functions, no engine."""
+of plans nobody applied (``infra/stacks/planned.py``): pure functions, no engine."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from skyward_iac.api.deadlines import MAX_CLOCK_SKEW
-from skyward_iac.infra.planned import (
+from skyward_iac.infra.stacks.planned import (
     PLAN_APPLIED,
     PLAN_EXPIRES,
     PLANNED_TO,
     expired_plan_reason,
     plan_expires,
 )
-from skyward_iac.infra.tags import StackRecord
+from skyward_iac.infra.stacks.tags import StackRecord
 from skyward_iac.orchestration import plan_file
 
 STACK = "local-ana-20261122-101502-7c1e2a"

@@ -12,6 +12,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.plugin import check_plugins
+from skyward_iac.node.plugin_hooks import NodePlugins
 from skyward_iac.plugins import Cluster, LaunchCommand, LaunchContext, Plugin
 from skyward_iac.plugins._accelerate import launch_flags
 from skyward_iac.plugins._client import (
@@ -23,7 +24,6 @@ from skyward_iac.plugins._gpu import mig_uuids, mps_env
 from skyward_iac.plugins._jax import distributed_env as jax_env
 from skyward_iac.plugins._support import RENDEZVOUS_BASE, RENDEZVOUS_SPAN, rendezvous_port
 from skyward_iac.plugins._torch import distributed_env as torch_env
-from skyward_iac.remote.plugin_hooks import NodePlugins
 
 LOCAL = sky.Spec(provider=sky.Local(), nodes=2)
 GPU = sky.Spec(provider=sky.AWS(), accelerator=sky.accelerators.A100(), nodes=2)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import policy
-from skyward_iac.infra.policy import Policy, PoolFacts
+from skyward_iac.infra.capacity import policy
+from skyward_iac.infra.capacity.policy import Policy, PoolFacts
 from skyward_iac.orchestration.preview import preview
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -109,7 +109,7 @@ def test_a_named_policy_file_must_exist(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_user_tags_reach_the_stack_and_every_cloud_resource() -> None:
-    from skyward_iac.infra.tags import stack_tags
+    from skyward_iac.infra.stacks.tags import stack_tags
     from tests.unit import test_aws_program as aws_tests
     from tests.unit import test_gcp_program as gcp_tests
 

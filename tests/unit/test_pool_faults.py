@@ -15,16 +15,16 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.errors import NodeConnectionError
+from skyward_iac.node import protocol
+from skyward_iac.node.protocol import Welcome
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.orchestration.dispatch import Call, Dispatcher, call_for
 from skyward_iac.orchestration.membership import Membership
 from skyward_iac.orchestration.plan import Bounds
 from skyward_iac.orchestration.teardown import Teardown
-from skyward_iac.remote import protocol
 from skyward_iac.remote.agent_client import AgentClient, Submission
 from skyward_iac.remote.calls import pack_call
 from skyward_iac.remote.pacing import Pace
-from skyward_iac.remote.protocol import Welcome
 
 
 @dataclass(eq=False)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from skyward_iac.remote.preemption import PreemptionWatcher, aws_notice
+from skyward_iac.node.preemption import PreemptionWatcher, aws_notice
 from tests.fake_metadata import GCP_PREEMPTED, SPOT_ACTION, FakeMetadataServer
 
 

@@ -12,7 +12,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from skyward_iac.cli import main
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.pricing.aws import hourly_on_demand, lowest_current_spot, refresh_aws
 from tests.pricing_servers import PriceListApi, json_server, price_list_product
 

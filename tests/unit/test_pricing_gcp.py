@@ -11,7 +11,7 @@ import pytest
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.cli import main
-from skyward_iac.infra import offers
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.pricing.gcp import (
     ENDPOINT_ENV,
     GcpAuth,

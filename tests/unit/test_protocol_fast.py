@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from skyward_iac.api.errors import WorkerCrashedError
-from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import Batch, Result, Task
-from skyward_iac.remote.slots import Slots
-from skyward_iac.remote.worker import run_task
+from skyward_iac.node import protocol
+from skyward_iac.node.protocol import Batch, Result, Task
+from skyward_iac.node.slots import Slots
+from skyward_iac.node.worker import run_task
 
 
 def roundtrip(message: object) -> tuple[Any, int]:

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
-from skyward_iac.infra.failover import alternatives
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.capacity.failover import alternatives
+from skyward_iac.infra.capacity.spot_fallback import on_demand_retry
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.gcp import gcp_program
-from skyward_iac.infra.spot_fallback import on_demand_retry
 from tests.unit import test_aws_program as aws_tests
 from tests.unit import test_gcp_program as gcp_tests
 from tests.unit.replacement_engine import INSTANCES, ModelStack, Result, Stored

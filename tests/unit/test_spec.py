@@ -138,7 +138,7 @@ def test_a_local_spec_this_machine_cannot_give_is_refused_before_provisioning(
 
 
 def test_local_fit_is_judged_against_the_machine() -> None:
-    from skyward_iac.infra.local_fit import Machine, shortfalls, this_machine
+    from skyward_iac.infra.capacity.local_fit import Machine, shortfalls, this_machine
 
     laptop = Machine(vcpus=8, memory_gb=16.0, architecture="x86_64")
     assert shortfalls(spec(vcpus=8, memory_gb=16), laptop) == []

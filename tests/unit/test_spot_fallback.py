@@ -11,17 +11,17 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.api.errors import ProvisionError
-from skyward_iac.infra import offers
-from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.programs.aws import aws_program
-from skyward_iac.infra.programs.gcp import gcp_program
-from skyward_iac.infra.programs.testing import ProgramMocks, run_program
-from skyward_iac.infra.spot_fallback import (
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.capacity.spot_fallback import (
     NodeFailures,
     on_demand_retry,
     spot_capacity_refused,
     up_with_spot_fallback,
 )
+from skyward_iac.infra.programs import ClusterRequest
+from skyward_iac.infra.programs.aws import aws_program
+from skyward_iac.infra.programs.gcp import gcp_program
+from skyward_iac.infra.programs.testing import ProgramMocks, run_program
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CALLER = "198.51.100.7/32"

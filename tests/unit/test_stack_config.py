@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.infra import offers
-from skyward_iac.infra.stack_config import cluster_request, known_keys, spec_from_settings
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.stacks.config import cluster_request, known_keys, spec_from_settings
 
 
 def test_string_settings_become_a_typed_spec() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.infra import state_repair
-from skyward_iac.infra.state_repair import (
+from skyward_iac.infra.engine import state_repair
+from skyward_iac.infra.engine.state_repair import (
     QUARANTINE,
     SETTLE,
     SETTLE_SMALL,

@@ -1,9 +1,9 @@
-"""Who may take a live stack down without ``--force`` (``infra/takedown.py``): pure, no engine."""
+"""Who may take a live stack down without ``--force`` (``infra/stacks/takedown.py``): pure, no engine."""
 
 from __future__ import annotations
 
-from skyward_iac.infra.gc import DEAD, ELSEWHERE, RUNNING
-from skyward_iac.infra.takedown import Holder, refusal, takedown_message
+from skyward_iac.infra.stacks.gc import DEAD, ELSEWHERE, RUNNING
+from skyward_iac.infra.stacks.takedown import Holder, refusal, takedown_message
 
 STACK = "local-ana-20261122-101502-7c1e2a"
 

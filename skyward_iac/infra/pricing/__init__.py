@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.infra import offers
-from skyward_iac.infra.cloud_credentials import require_credentials
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.identity.cloud_credentials import require_credentials
 from skyward_iac.infra.pricing.document import RefreshedCatalog
 from skyward_iac.infra.pricing.gcp import GcpAuth, refresh_gcp
 from skyward_iac.infra.pricing.gcp import gcp_auth as find_gcp_auth

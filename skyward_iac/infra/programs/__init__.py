@@ -17,7 +17,7 @@ from skyward_iac.api.spec import Spec
 
 if TYPE_CHECKING:
     from skyward_iac.api.volumes import VolumeKeys
-    from skyward_iac.infra.offers import Market, Offer
+    from skyward_iac.infra.capacity.offers import Market, Offer
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class ClusterRequest:
     ``created_at`` (stamps the ``expires_at`` tag; default: when the program is built).
     ``collections`` adds the etcd certificates (``ClusterPKI``) for the head node's etcd.
     ``on_demand_nodes``: indexes of nodes that run on demand although the market is spot (the
-    cloud refused their spot launch; see ``infra/spot_fallback.py``). ``max_nodes``: the most
+    cloud refused their spot launch; see ``infra/capacity/spot_fallback.py``). ``max_nodes``: the most
     nodes the pool may grow to (default: ``node_count``; placement is decided from it). A stack
     stores what its first run decided from these fields (``decisions.py``: place, zone, image,
     tags, lifetime, maximum) and later runs declare the stored values, so a resize, a fallback

@@ -23,8 +23,8 @@ import pulumi_aws as aws
 
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.volumes import Volume
-from skyward_iac.infra.credentials import StackCredentials
-from skyward_iac.infra.offers import Offer
+from skyward_iac.infra.capacity.offers import Offer
+from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
 from skyward_iac.infra.programs.aws_network import (
     Network,

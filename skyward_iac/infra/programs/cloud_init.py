@@ -13,7 +13,7 @@ It does three things before the client first connects:
 The client proves it is alive by writing ``HEARTBEAT_FILE`` on the node over its SSH
 connection. The watchdog reads no time from that file: it notes, on the node's own clock
 (``/proc/uptime``), when it last saw the file change, the rule of the Local provider's
-watchdog (``remote/watchdog.py``, ``api/deadlines.py``). A pool with a budget also writes
+watchdog (``node/watchdog.py``, ``api/deadlines.py``). A pool with a budget also writes
 ``BUDGET_FILE`` there: the seconds its budget leaves at the current rate, which the watchdog
 counts down on the same clock from when it sees the file change, and powers off at zero.
 """

@@ -24,10 +24,10 @@ from skyward_iac.api.volumes import (
     check_volumes,
     mount_kind,
 )
-from skyward_iac.infra.offers import Market, Offer, market_for, select
+from skyward_iac.infra.capacity.offers import Market, Offer, market_for, select
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.cloud_init import SSH_USER, WORKDIR
-from skyward_iac.infra.tags import stack_tags
+from skyward_iac.infra.stacks.tags import stack_tags
 
 SSH_PORT = 22
 ETCD_PORTS = (2379, 2380)

@@ -31,7 +31,7 @@ from typing import Any
 import pulumi
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.infra.offers import Offer, current_catalog, select
+from skyward_iac.infra.capacity.offers import Offer, current_catalog, select
 from skyward_iac.infra.programs import ClusterRequest, common, pins
 from skyward_iac.infra.programs.common import ClusterPlan
 

@@ -8,8 +8,8 @@ from typing import Any
 import pulumi
 
 from skyward_iac.api.volumes import VolumeKeys, keys_for_outputs
-from skyward_iac.infra.cluster_pki import ClusterPKI
-from skyward_iac.infra.credentials import StackCredentials
+from skyward_iac.infra.identity.cluster_pki import ClusterPKI
+from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest
 
 

@@ -25,8 +25,8 @@ import pulumi_gcp as gcp
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.volumes import Volume
-from skyward_iac.infra.credentials import StackCredentials
-from skyward_iac.infra.offers import Offer
+from skyward_iac.infra.capacity.offers import Offer
+from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule

@@ -13,8 +13,8 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
 
-from skyward_iac.infra.credentials import StackCredentials
-from skyward_iac.infra.keys import generate_keypair
+from skyward_iac.infra.identity.credentials import StackCredentials
+from skyward_iac.infra.identity.keys import generate_keypair
 from skyward_iac.infra.programs.cloud_init import NodeUserData, cloud_config
 from skyward_iac.infra.programs.common import ClusterPlan
 

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pulumi
 
-from skyward_iac.infra.credentials import StackCredentials
-from skyward_iac.infra.home import local_nodes_dir
-from skyward_iac.infra.local_node import LocalNode
+from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
+from skyward_iac.infra.programs.local_node import LocalNode
+from skyward_iac.infra.stacks.home import local_nodes_dir
 
 
 def local_program(request: ClusterRequest) -> Callable[[], None]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.infra.offers import select
+from skyward_iac.infra.capacity.offers import select
 from skyward_iac.infra.programs import ClusterRequest, common
 
 NAMESPACE = "skyward"

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 from skyward_iac.api.errors import OutOfSpaceError
-from skyward_iac.infra.disk_space import is_no_room, out_of_space
+from skyward_iac.infra.engine.disk_space import is_no_room, out_of_space
 
 log = logging.getLogger("skyward")
 

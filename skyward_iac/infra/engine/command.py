@@ -33,7 +33,7 @@ from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation._cmd import OnOutput
 from pulumi.automation.errors import create_command_error
 
-from skyward_iac.infra.engine_failures import (
+from skyward_iac.infra.engine.failures import (
     TAGS_FILE_RACE,
     Failure,
     backend_dir,
@@ -42,7 +42,7 @@ from skyward_iac.infra.engine_failures import (
     lacking_room,
     no_room_error,
 )
-from skyward_iac.infra.state_repair import mend
+from skyward_iac.infra.engine.state_repair import mend
 
 __all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "interrupt_policy"]
 

@@ -21,8 +21,8 @@ from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.spec import Spec, validated
-from skyward_iac.infra import offers
-from skyward_iac.infra.offers import Offer
+from skyward_iac.infra.capacity import offers
+from skyward_iac.infra.capacity.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.pins import PIN_KEYS
 

@@ -37,7 +37,7 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from skyward_iac.infra.keys import generate_keypair
+from skyward_iac.infra.identity.keys import generate_keypair
 from skyward_iac.processes import (
     SANDBOX_ENV,
     create_sandbox_cgroup,
@@ -245,7 +245,7 @@ def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None) ->
     heartbeat.touch()
     with open(sandbox / "log" / "watchdog.log", "ab") as log:
         watchdog = subprocess.Popen(
-            [sys.executable, "-m", "skyward_iac.remote.watchdog", "--heartbeat", str(heartbeat),
+            [sys.executable, "-m", "skyward_iac.node.watchdog", "--heartbeat", str(heartbeat),
              "--ttl", str(ttl), "--sandbox", str(sandbox),
              "--first-contact", str(FIRST_CONTACT_GRACE),
              *(["--max-lifetime", str(max_lifetime)] if max_lifetime else [])],

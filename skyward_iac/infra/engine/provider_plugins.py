@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from skyward_iac.api.errors import EngineNotFoundError
-from skyward_iac.infra import engine
+from skyward_iac.infra.engine import locate as engine
 
 #: The Python package whose ``pulumi-plugin.json`` names each cloud's provider plugin version.
 PLUGIN_PACKAGES = {"aws": "pulumi_aws", "gcp": "pulumi_gcp"}

@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
 
-from skyward_iac.infra.keys import generate_keypair, generate_token
+from skyward_iac.infra.identity.keys import generate_keypair, generate_token
 
 SECRET_OUTPUTS = ["ssh_private_key", "agent_token"]
 

@@ -1,6 +1,6 @@
 """A worker process on a node: runs the tasks its agent hands it and streams their output.
 
-Started by the agent as ``python -m skyward_iac.remote.worker --fd N [--slots K]
+Started by the agent as ``python -m skyward_iac.node.worker --fd N [--slots K]
 [--counter-fd C] [--once]`` with one end of a socket pair. ``K`` runner threads take tasks from
 a local FIFO queue (the agent may send tasks ahead of free slots, so a busy worker never waits
 for its agent between short tasks). Before a task starts, the count of tasks taken from the
@@ -32,8 +32,8 @@ from typing import Any, TextIO
 
 from skyward_iac.api.function import settle
 from skyward_iac.api.runtime import InstanceInfo, bind_instance, route_output
-from skyward_iac.remote import protocol
-from skyward_iac.remote.protocol import (
+from skyward_iac.node import protocol
+from skyward_iac.node.protocol import (
     Cancel,
     Channel,
     Configure,
@@ -325,7 +325,7 @@ def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
     """Once per process, before any task: the plugins' ``around_process`` and decorators."""
     global process_plugins
     if process_plugins is None:
-        from skyward_iac.remote.plugin_hooks import start_in_process
+        from skyward_iac.node.plugin_hooks import start_in_process
 
         process_plugins = start_in_process(pickled, instance)
 

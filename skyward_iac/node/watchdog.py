@@ -14,7 +14,7 @@ heartbeat: how many seconds the budget leaves at the pool's current rate (``none
 deadline). Each time the watchdog sees that file change it reads it and sets the budget's
 deadline that many seconds from then, on this node's clock, and stops the node when it passes:
 a client that is gone cannot let its pool spend past its budget.
-Run as ``python -m skyward_iac.remote.watchdog --heartbeat F --ttl S --sandbox DIR``.
+Run as ``python -m skyward_iac.node.watchdog --heartbeat F --ttl S --sandbox DIR``.
 """
 
 from __future__ import annotations

@@ -2,17 +2,17 @@
 
 It listens on the node's loopback only (the client reaches it through an SSH direct-tcpip
 channel) and demands the per-stack token as the first frame, before it unpickles anything.
-Tasks run in worker subprocesses (``remote/worker.py``) admitted by ``remote/slots.py``, so a
+Tasks run in worker subprocesses (``node/worker.py``) admitted by ``node/slots.py``, so a
 task that kills its process never takes the agent down.
 
 The agent leads its own process group, which its workers (and the processes their tasks start)
 join, so one ``kill`` of the group fences the node (``remote/fence.py``); and its workers die
 with it, however it dies (see ``Slots``).
-Run as ``python -m skyward_iac.remote.agent --token-file F --port-file F [--concurrency N]
+Run as ``python -m skyward_iac.node.agent --token-file F --port-file F [--concurrency N]
 [--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
 [--metadata-url URL]] [--refusals-every SECONDS]``.
 
-Connections refused for want of the token are logged as ``remote/refusals.py`` decides: the
+Connections refused for want of the token are logged as ``node/refusals.py`` decides: the
 first at once, then one summary line per ``--refusals-every`` seconds (60 by default) however
 many a flood brings.
 
@@ -33,10 +33,9 @@ import threading
 from pathlib import Path
 
 from skyward_iac.api import metrics
-from skyward_iac.observability.sampler import MetricSample, MetricsSampler
-from skyward_iac.remote import protocol
-from skyward_iac.remote.preemption import PreemptionWatcher
-from skyward_iac.remote.protocol import (
+from skyward_iac.node import protocol
+from skyward_iac.node.preemption import PreemptionWatcher
+from skyward_iac.node.protocol import (
     Cancel,
     Configure,
     MetricSamples,
@@ -44,8 +43,9 @@ from skyward_iac.remote.protocol import (
     Task,
     Welcome,
 )
-from skyward_iac.remote.refusals import SUMMARY_EVERY, RefusalLog
-from skyward_iac.remote.slots import Slots
+from skyward_iac.node.refusals import SUMMARY_EVERY, RefusalLog
+from skyward_iac.node.sampler import MetricSample, MetricsSampler
+from skyward_iac.node.slots import Slots
 
 HANDSHAKE_TIMEOUT = 10.0
 log = logging.getLogger("skyward.agent")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from skyward_iac.api.deadlines import wall_passed
-from skyward_iac.infra.tags import StackRecord
+from skyward_iac.infra.stacks.tags import StackRecord
 
 #: Where ``skyward-iac plan`` wrote the plan (set on the planned stack).
 PLANNED_TO = "planned_to"

@@ -10,7 +10,7 @@ from typing import Any
 from skyward_iac.api.errors import PluginError
 from skyward_iac.api.plugin import LaunchCommand, LaunchContext, Plugin, blame
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.remote import protocol
+from skyward_iac.node import protocol
 
 
 class NodePlugins:

@@ -18,9 +18,9 @@ from dataclasses import replace
 from typing import Any
 
 from skyward_iac.api.errors import ProvisionError
-from skyward_iac.infra.offers import Market, market_for
+from skyward_iac.infra.capacity.offers import Market, market_for
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.stack import ClusterStack
+from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.outputs import ClusterOutputs
 
 log = logging.getLogger("skyward")

@@ -23,8 +23,8 @@ from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.providers import Local
 from skyward_iac.api.spec import AllocationStrategy, SelectionStrategy, Spec
-from skyward_iac.infra import home
-from skyward_iac.infra.local_fit import check_local_fits
+from skyward_iac.infra.capacity.local_fit import check_local_fits
+from skyward_iac.infra.stacks import home
 
 Market = Literal["spot", "on-demand"]
 CLOUDS = ("aws", "gcp")

@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from skyward_iac.api.deadlines import LeaseSighting, lease_end, renew_interval, sight_lease
-from skyward_iac.infra import home
-from skyward_iac.infra.tags import ProcessId
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.tags import ProcessId
 
 log = logging.getLogger("skyward")
 

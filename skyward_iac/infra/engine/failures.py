@@ -23,8 +23,8 @@ from pathlib import Path
 from pulumi.automation import CommandResult
 
 from skyward_iac.api.errors import OutOfSpaceError
-from skyward_iac.infra.disk_space import free_bytes, out_of_space
-from skyward_iac.infra.state_repair import SETTLE, SETTLE_SMALL, broken_files
+from skyward_iac.infra.engine.disk_space import free_bytes, out_of_space
+from skyward_iac.infra.engine.state_repair import SETTLE, SETTLE_SMALL, broken_files
 
 
 class Failure(enum.Enum):

@@ -25,15 +25,18 @@ import pulumi.automation as auto
 
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
-from skyward_iac.infra import cloud_identity, engine, home, state_files
-from skyward_iac.infra.engine_command import EngineCommand
-from skyward_iac.infra.lean_stack import LeanStack
-from skyward_iac.infra.leases import LEASE_UNTIL
+from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.engine import state_files
+from skyward_iac.infra.engine.command import EngineCommand
+from skyward_iac.infra.engine.lean_stack import LeanStack
+from skyward_iac.infra.engine.state_repair import repair as repair_state
+from skyward_iac.infra.identity import cloud_identity
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.programs.decisions import StackProgram
 from skyward_iac.infra.programs.pins import config_values, stack_pins
-from skyward_iac.infra.state_repair import repair as repair_state
-from skyward_iac.infra.tags import (
+from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.leases import LEASE_UNTIL
+from skyward_iac.infra.stacks.tags import (
     DOWN_BY,
     TAG_PREFIX,
     WARM_UNTIL,

@@ -34,7 +34,7 @@ DOWN_BY = "down_by"
 #: Set while a warm pool's keeper keeps the stack's nodes for their next user (ISO time).
 WARM_UNTIL = "warm_until"
 RUN_TAG = "run"
-#: The prefix of the access log's entries (``infra/access.py``): each is a tag of its own.
+#: The prefix of the access log's entries (``infra/stacks/access.py``): each is a tag of its own.
 ACCESS = "access."
 
 
@@ -119,7 +119,7 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
         "accelerator": f"{accelerator.count:g}x{accelerator.name}" if accelerator else "cpu",
         "allocation": spec.allocation,
         "usd_per_hour": f"{usd_per_hour:.4f}",
-        # The first lease; the owner renews it while the pool lives (infra/leases.py).
+        # The first lease; the owner renews it while the pool lives (infra/stacks/leases.py).
         **({"lease_until": lease_end(spec.ttl, now)} if spec.ttl else {}),
         **owner_tags(),
         **{f"{USER_TAG}{key}": value for key, value in (user_tags or {}).items()},

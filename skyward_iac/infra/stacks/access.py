@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from skyward_iac.infra.tags import ACCESS
+from skyward_iac.infra.stacks.tags import ACCESS
 
 __all__ = ["ACCESS", "AccessEntry", "actor", "entries", "entry_tag", "listing", "record"]
 
 if TYPE_CHECKING:
-    from skyward_iac.infra.stack import ClusterStack
+    from skyward_iac.infra.stacks.stack import ClusterStack
 
 log = logging.getLogger("skyward")
 

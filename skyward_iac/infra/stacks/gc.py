@@ -26,13 +26,19 @@ from datetime import UTC, datetime, timedelta
 
 from skyward_iac.api.deadlines import LeaseSighting, lease_lapsed, wall_passed
 from skyward_iac.api.errors import StackBusyError
-from skyward_iac.infra import home, leases
-from skyward_iac.infra.leases import LEASE_UNTIL
-from skyward_iac.infra.local_node import orphan_sandboxes, sandbox_dirs
-from skyward_iac.infra.planned import expired_plan_reason
-from skyward_iac.infra.provider_host import reap_orphans
-from skyward_iac.infra.state_repair import repair as repair_state
-from skyward_iac.infra.tags import WARM_UNTIL, ProcessId, StackRecord, boot_id, process_started
+from skyward_iac.infra.engine.provider_host import reap_orphans
+from skyward_iac.infra.engine.state_repair import repair as repair_state
+from skyward_iac.infra.programs.local_node import orphan_sandboxes, sandbox_dirs
+from skyward_iac.infra.stacks import home, leases
+from skyward_iac.infra.stacks.leases import LEASE_UNTIL
+from skyward_iac.infra.stacks.planned import expired_plan_reason
+from skyward_iac.infra.stacks.tags import (
+    WARM_UNTIL,
+    ProcessId,
+    StackRecord,
+    boot_id,
+    process_started,
+)
 from skyward_iac.processes import is_alive, stop_sandbox
 
 log = logging.getLogger("skyward")
@@ -158,7 +164,7 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
     """Destroy stale stacks and, unless ``retention_days`` is None, prune empty ones older
     than the retention. ``this_host_only`` limits gc to stacks this machine created (the quick
     gc a new Compute runs). Returns what was done (or would be, with ``dry_run``)."""
-    from skyward_iac.infra.stack import ClusterStack, list_records
+    from skyward_iac.infra.stacks.stack import ClusterStack, list_records
 
     wanted = set(only) if only is not None else None
     actions: list[Action] = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from skyward_iac.api.errors import ProvisionError
-from skyward_iac.infra.offers import Catalog, Choice, Offer, current_catalog
+from skyward_iac.infra.capacity.offers import Catalog, Choice, Offer, current_catalog
 from skyward_iac.infra.programs import ClusterRequest
 
 #: Error texts meaning "no capacity (or quota) for this request here", on either market.
@@ -123,7 +123,7 @@ def _priced(offer: Offer, request: ClusterRequest) -> bool:
 def _listed_price(offer: Offer, request: ClusterRequest) -> float:
     """The offer's price on the request's market; on-demand (a listed price) decides between
     regions when the spot figures are estimates."""
-    from skyward_iac.infra.spot_fallback import request_market
+    from skyward_iac.infra.capacity.spot_fallback import request_market
 
     market = request_market(request) or "on-demand"
     price = offer.price(market)

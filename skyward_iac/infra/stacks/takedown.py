@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from skyward_iac.api.deadlines import MAX_CLOCK_SKEW
-from skyward_iac.infra.gc import DEAD, RUNNING
+from skyward_iac.infra.stacks.gc import DEAD, RUNNING
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skyward_iac.api.errors import EngineNotFoundError
-from skyward_iac.infra import home
+from skyward_iac.infra.stacks import home
 
 LAUNCHER = "pulumi-resource-pulumi-python"
 #: The line that marks the current launcher (tools/pulumi/pulumi-resource-pulumi-python): it
-#: runs providers through ``infra.provider_host``; an older one would run them unguarded.
+#: runs providers through ``infra.engine.provider_host``; an older one would run them unguarded.
 LAUNCHER_MARK = "skyward-launcher: 2"
 #: Written beside the binary by tools/pulumi/build.sh when the engine is built with its gRPC
 #: servers guarded (tools/pulumi/same_user_grpc.go.overlay).

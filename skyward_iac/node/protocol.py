@@ -169,7 +169,7 @@ class Result:
 
 @dataclass(frozen=True, slots=True)
 class MetricSamples:
-    """The agent's latest ``sky.metrics`` readings (``observability.sampler.MetricSample``s),
+    """The agent's latest ``sky.metrics`` readings (``node.sampler.MetricSample``s),
     sent to every connected client as they are taken."""
 
     samples: tuple[Any, ...]

@@ -7,14 +7,14 @@ task). A worker that dies fails only the tasks it was running and is replaced.
 A lone worker process (the thread executor) is also sent up to ``PREFETCH`` tasks beyond its
 free slots, in one frame, so it never waits for the agent between short tasks. Which of them
 had started when a worker died is read from a counter the worker shares with the agent (see
-``remote/worker.py``): those fail with ``WorkerCrashedError``, the others go to its successor.
+``node/worker.py``): those fail with ``WorkerCrashedError``, the others go to its successor.
 Several worker processes are never sent tasks ahead: a task must not wait behind a long one
 while another process is idle.
 
 Workers die with their agent, however it dies (SIGKILL included), so a task retried elsewhere
 never runs beside its first attempt: every worker holds the read end of one *lifeline* pipe
 whose write end only the agent holds, and exits (with its process group's other members, see
-``remote/worker.py``) when it reads end-of-file there. ``PR_SET_PDEATHSIG`` was not used: it
+``node/worker.py``) when it reads end-of-file there. ``PR_SET_PDEATHSIG`` was not used: it
 fires when the *thread* that forked the worker ends, and workers are started from connection
 and reader threads that end long before the agent does.
 """
@@ -37,10 +37,10 @@ from typing import Any, Protocol, cast
 
 from skyward_iac.api.errors import PluginError, WorkerCrashedError
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.remote import protocol
-from skyward_iac.remote.node_facts import network_facts
-from skyward_iac.remote.protocol import Cancel, Configure, Output, Result, Started, Task
-from skyward_iac.remote.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
+from skyward_iac.node import protocol
+from skyward_iac.node.facts import network_facts
+from skyward_iac.node.protocol import Cancel, Configure, Output, Result, Started, Task
+from skyward_iac.node.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
 
 log = logging.getLogger("skyward.agent")
 
@@ -72,7 +72,7 @@ class WorkerProcess:
         with tempfile.TemporaryFile() as counter_file:
             counter_file.truncate(COUNTER.size)
             self.counter = mmap.mmap(counter_file.fileno(), COUNTER.size)
-            command = [sys.executable, "-m", "skyward_iac.remote.worker",
+            command = [sys.executable, "-m", "skyward_iac.node.worker",
                        "--fd", str(theirs.fileno()), "--slots", str(slots),
                        "--counter-fd", str(counter_file.fileno())] + (["--once"] if once else [])
             passed = [theirs.fileno(), counter_file.fileno()]
@@ -191,7 +191,7 @@ class Slots:
         the plugins' launchers (no task has reached them yet).
         """
         instance = configuration.instance
-        if "network" not in instance:  # what only the node can tell (remote/node_facts.py)
+        if "network" not in instance:  # what only the node can tell (node/facts.py)
             network = network_facts(str(instance.get("head_addr", "")))
             configuration = dataclasses.replace(configuration, instance={**instance,
                                                                          "network": network})
@@ -206,7 +206,7 @@ class Slots:
     def _start_plugins(self, configuration: Configure) -> bool:
         """Load the plugins and enter their ``around_app``; True when the workers were
         replaced to start under them."""
-        from skyward_iac.remote.plugin_hooks import NodePlugins
+        from skyward_iac.node.plugin_hooks import NodePlugins
 
         try:
             self.plugins = NodePlugins.load(configuration.plugins)

@@ -1,0 +1,1 @@
+"""Capacity: offers, placement policy, zone failover and spot fallback."""

@@ -1,0 +1,1 @@
+"""Identity and secrets: keys, cloud credentials and identity, the cluster PKI."""

@@ -1,0 +1,1 @@
+"""Stack bookkeeping: one stack per pool, its config, tags, leases, takedown and garbage collection."""
