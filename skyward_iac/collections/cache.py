@@ -81,6 +81,13 @@ class PrefixReplica:
         with self._lock:
             return sum(1 for _, value in self._entries.values() if value is not _MISSING)
 
+    def items(self) -> list[tuple[str, bytes]]:
+        """Every (key, value) under the prefix, as far as the replica knows."""
+        self.ensure()
+        with self._lock:
+            return [(key, value) for key, (_, value) in self._entries.items()
+                    if value is not _MISSING]
+
     def revision(self, key: str) -> int:
         """The mod revision of the replica's state of ``key`` (0 when unknown or deleted)."""
         with self._lock:
@@ -91,6 +98,13 @@ class PrefixReplica:
         """Records this process's own acknowledged write (``None`` = deleted at ``revision``)."""
         with self._lock:
             self._apply_locked(key, revision, value)
+
+    def forget(self, prefix: str, revision: int) -> None:
+        """Records this process's own deletion of every key under ``prefix`` at ``revision``."""
+        with self._lock:
+            for key, (rev, value) in list(self._entries.items()):
+                if key.startswith(prefix) and value is not _MISSING and rev < revision:
+                    self._entries[key] = (revision, _MISSING)
 
     def close(self) -> None:
         """Stops the watch; the replica re-syncs if it is read again."""

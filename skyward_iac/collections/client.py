@@ -101,9 +101,7 @@ class EtcdClient:
 
     def delete(self, key: str, *, prefix: bool = False, prev_kv: bool = False) -> Any:
         """A DeleteRangeRequest; with ``prev_kv`` the response holds the deleted pairs."""
-        request = delete_op(key, prev_kv=prev_kv).request_delete_range
-        if prefix:
-            request.range_end = prefix_range_end(key.encode())
+        request = delete_op(key, prefix=prefix, prev_kv=prev_kv).request_delete_range
         with self._errors("delete", key):
             return self._etcd.kvstub.DeleteRange(request, self.timeout)
 
@@ -296,8 +294,10 @@ def get_op(key: str) -> Any:
     return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key.encode()))
 
 
-def delete_op(key: str, *, prev_kv: bool = False) -> Any:
-    """Transaction op: delete ``key``, returning the deleted pair when ``prev_kv``."""
-    return etcdrpc.RequestOp(
-        request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode(), prev_kv=prev_kv)
-    )
+def delete_op(key: str, *, prefix: bool = False, prev_kv: bool = False) -> Any:
+    """Transaction op: delete ``key`` (every key under it with ``prefix``), returning the
+    deleted pairs when ``prev_kv``."""
+    request = etcdrpc.DeleteRangeRequest(key=key.encode(), prev_kv=prev_kv)
+    if prefix:
+        request.range_end = prefix_range_end(key.encode())
+    return etcdrpc.RequestOp(request_delete_range=request)

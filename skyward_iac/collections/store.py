@@ -17,6 +17,7 @@ from skyward_iac.collections.cache import PrefixReplica
 from skyward_iac.collections.client import (
     MAX_TXN_OPS,
     EtcdClient,
+    delete_op,
     get_op,
     mod_revision_is,
     put_op,
@@ -45,8 +46,8 @@ class Store:
         self.client = client
         self.prefix = prefix
         self.replica = replica
-        # Last (mod revision, value) seen per counter key: the first compare-and-swap attempt
-        # usually succeeds without a read of its own.
+        # Last (mod revision, value) seen per key that ``add`` counts on (a barrier's arrivals):
+        # the first compare-and-swap attempt usually succeeds without a read of its own.
         self._hints: dict[str, tuple[int, int]] = {}
 
     @property
@@ -73,6 +74,13 @@ class Store:
             return self.replica.get(key) is not None
         return int(self.client.range(key, count_only=True).count) > 0
 
+    def read_all(self) -> list[tuple[str, bytes]]:
+        """Every (key, value) of the collection: one range read (strong) or the replica."""
+        if self.replica is not None:
+            return self.replica.items()
+        kvs = self.client.range(self.prefix, prefix=True).kvs
+        return [(kv.key.decode(), bytes(kv.value)) for kv in kvs]
+
     def count(self) -> int:
         """How many items the collection holds."""
         if self.replica is not None:
@@ -84,7 +92,7 @@ class Store:
     def write(self, key: str, value: bytes, *, lease: int = 0) -> int:
         """Puts ``value`` at ``key``; returns the write's revision."""
         revision = int(self.client.put(key, value, lease=lease).header.revision)
-        self._record(key, revision, value)
+        self.record(key, revision, value)
         return revision
 
     def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
@@ -93,7 +101,7 @@ class Store:
             batch = items[start:start + MAX_TXN_OPS]
             response = self.client.txn([], [put_op(k, v) for k, v in batch])
             for key, value in batch:
-                self._record(key, int(response.header.revision), value)
+                self.record(key, int(response.header.revision), value)
 
     def write_and_list(self, key: str, value: bytes, *, lease: int = 0) -> tuple[int, Any]:
         """Puts ``value`` at ``key`` and lists the collection's keys, oldest first, in one
@@ -104,13 +112,22 @@ class Store:
             range_op(self.prefix, prefix=True, keys_only=True, oldest_first=True),
         ])
         revision = int(response.header.revision)
-        self._record(key, revision, value)
+        self.record(key, revision, value)
         return revision, response.responses[1].response_range
+
+    def replace_range(self, prefix: str, key: str, value: bytes) -> None:
+        """Deletes every key under ``prefix`` and puts ``value`` at ``key`` (outside it), in one
+        transaction."""
+        response = self.client.txn([], [delete_op(prefix, prefix=True), put_op(key, value)])
+        revision = int(response.header.revision)
+        if self.replica is not None:
+            self.replica.forget(prefix, revision)
+        self.record(key, revision, value)
 
     def remove(self, key: str) -> bytes | None:
         """Deletes ``key``; returns the value it had (None if it did not exist)."""
         response = self.client.delete(key, prev_kv=True)
-        self._record(key, int(response.header.revision), None)
+        self.record(key, int(response.header.revision), None)
         return bytes(response.prev_kvs[0].value) if response.prev_kvs else None
 
     def add(self, key: str, delta: int) -> int:
@@ -128,20 +145,10 @@ class Store:
             if response.succeeded:
                 written = int(response.header.revision)
                 self._hints[key] = (written, new)
-                self._record(key, written, encoded)
+                self.record(key, written, encoded)
                 return new
             kvs = response.responses[0].response_range.kvs
             revision, current = (int(kvs[0].mod_revision), int(kvs[0].value)) if kvs else (0, 0)
-
-    def set_int(self, key: str, value: int) -> None:
-        """Overwrites the integer at ``key`` (used by reset)."""
-        revision = self.write(key, str(value).encode())
-        self._hints[key] = (revision, value)
-
-    def read_int(self, key: str) -> int:
-        """The integer at ``key`` (0 when absent)."""
-        data = self.read(key)
-        return int(data) if data else 0
 
     def _hint(self, key: str) -> tuple[int, int]:
         if self.replica is not None:
@@ -151,6 +158,7 @@ class Store:
                 return revision, int(data)
         return self._hints.get(key, (0, 0))
 
-    def _record(self, key: str, revision: int, value: bytes | None) -> None:
+    def record(self, key: str, revision: int, value: bytes | None) -> None:
+        """Notes this process's own acknowledged write in the replica (read-your-writes)."""
         if self.replica is not None:
             self.replica.record(key, revision, value)
