@@ -39,24 +39,48 @@ class StoredStack:
     updates: tuple[StoredUpdate, ...]
 
 
+#: The magic bytes of a gzip stream: the engine writes ``.json.gz`` objects with
+#: ``PULUMI_DIY_BACKEND_GZIP`` (``encoding.DetectCompression`` looks at the same bytes).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def parse(data: bytes) -> Any:
+    """One JSON record of the backend, gzip-compressed or not."""
+    return json.loads(gzip.decompress(data) if data[:2] == GZIP_MAGIC else data)
+
+
 def _load(path: Path) -> Any:
-    data = path.read_bytes()
-    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+    return parse(path.read_bytes())
 
 
 def _stamp(seconds: Any) -> datetime | None:
     return datetime.fromtimestamp(seconds, UTC) if isinstance(seconds, int | float) and seconds else None
 
 
-def _updates(directory: Path) -> tuple[StoredUpdate, ...]:
-    updates = []
-    for path in directory.glob("*.history.json*"):
-        info = _load(path)
-        started = _stamp(info.get("startTime")) or datetime.fromtimestamp(0, UTC)
-        updates.append(StoredUpdate(kind=info.get("kind", ""), result=info.get("result", ""),
-                                    message=info.get("message", ""), start_time=started,
-                                    end_time=_stamp(info.get("endTime"))))
+def stored_update(info: Any) -> StoredUpdate:
+    """A history record (``backend.UpdateInfo``) as a ``StoredUpdate``: its config, which may
+    hold encrypted values, is not kept."""
+    started = _stamp(info.get("startTime")) or datetime.fromtimestamp(0, UTC)
+    return StoredUpdate(kind=info.get("kind", ""), result=info.get("result", ""),
+                        message=info.get("message", ""), start_time=started,
+                        end_time=_stamp(info.get("endTime")))
+
+
+def newest_first(updates: list[StoredUpdate]) -> tuple[StoredUpdate, ...]:
     return tuple(sorted(updates, key=lambda u: u.start_time, reverse=True))
+
+
+def resource_count(checkpoint: Any) -> int:
+    """The resources of a stack's checkpoint, counted as ``ClusterStack.resource_count`` counts
+    them: the stack itself and providers left out."""
+    latest = (checkpoint.get("checkpoint") or {}).get("latest") or {}
+    return sum(1 for r in latest.get("resources") or []
+               if not str(r.get("type", "")).startswith("pulumi:"))
+
+
+def _updates(directory: Path) -> tuple[StoredUpdate, ...]:
+    return newest_first([stored_update(_load(path))
+                         for path in directory.glob("*.history.json*")])
 
 
 def read_stacks(state_dir: Path, project: str) -> list[StoredStack] | None:
@@ -74,12 +98,9 @@ def read_stacks(state_dir: Path, project: str) -> list[StoredStack] | None:
             if not checkpoint.name.endswith((".json", ".json.gz")):
                 continue  # backups, attributes, tags
             name = checkpoint.name.removesuffix(".gz").removesuffix(".json")
-            latest = (_load(checkpoint).get("checkpoint") or {}).get("latest") or {}
             tags_file = stacks_dir / f"{name}.pulumi-tags"
             tags = _load(tags_file).get("tags", {}) if tags_file.is_file() else {}
-            # Counted as ClusterStack.resource_count counts: the stack and providers left out.
-            count = sum(1 for r in latest.get("resources") or []
-                        if not str(r.get("type", "")).startswith("pulumi:"))
+            count = resource_count(_load(checkpoint))
             found.append(StoredStack(name, dict(tags), count,
                                      _updates(root / "history" / project / name)))
     except (OSError, ValueError, AttributeError):

@@ -1,13 +1,20 @@
-"""Which AWS account and GCP project this machine's credentials act in, asked once per stack.
+"""Which AWS account and GCP project this machine's credentials act in, asked once per stack,
+and who they are (the audit's actor).
 
 ``ClusterStack.create`` stores the answers in the new stack (``programs/pins.py``); nothing
 asks again for that stack, whatever the shell that later updates or destroys it defaults to.
+The same STS answer names the caller (its ARN): ``actor`` gives it to the stack's tags and to
+every update message this process writes, without asking again.
 """
 
 from __future__ import annotations
 
 import configparser
+import getpass
+import json
 import os
+import socket
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,8 +27,17 @@ GCP_PROJECT_VARIABLES = ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJE
                          "CLOUDSDK_CORE_PROJECT")
 
 
+#: How an actor was learned (``tags.ACTOR_SOURCE`` values).
+AWS_STS, GCP_SERVICE_ACCOUNT, GCLOUD_ACCOUNT = "aws-sts", "gcp-service-account", "gcloud-account"
+SELF_DECLARED = "self-declared"
+#: The actor per provider this process learned (``actor``): asked once, remembered.
+_actors: dict[str, tuple[str, str]] = {}
+_actors_lock = threading.Lock()
+
+
 def aws_account_id(region: str) -> str:
-    """The account of this machine's AWS credentials (STS ``GetCallerIdentity`` in ``region``)."""
+    """The account of this machine's AWS credentials (STS ``GetCallerIdentity`` in ``region``);
+    the caller's ARN is remembered as this process's AWS actor."""
     import boto3  # type: ignore[import-untyped]
     from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
@@ -30,7 +46,62 @@ def aws_account_id(region: str) -> str:
     except (BotoCoreError, ClientError) as exc:
         raise ConfigError(f"could not learn the AWS account of this machine's credentials "
                           f"({exc}); the stack pins it when it is created") from None
+    with _actors_lock:
+        _actors["aws"] = (str(identity["Arn"]), AWS_STS)
     return str(identity["Account"])
+
+
+def self_declared() -> tuple[str, str]:
+    """``user@host`` from the environment and the host name: anyone can set them."""
+    return f"{getpass.getuser()}@{socket.gethostname()}", SELF_DECLARED
+
+
+def gcp_account(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The identity the GCP provider authenticates as, from its credentials: a service
+    account key's ``client_email`` (``GOOGLE_APPLICATION_CREDENTIALS``), else the active
+    gcloud configuration's ``core/account``; None without either."""
+    environ = os.environ if environ is None else environ
+    if key_file := environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        try:
+            email = json.loads(Path(key_file).read_text()).get("client_email")
+        except (OSError, ValueError, AttributeError):
+            email = None
+        if email:
+            return str(email), GCP_SERVICE_ACCOUNT
+    account = _gcloud_setting("account", environ)
+    return (account, GCLOUD_ACCOUNT) if account else None
+
+
+def actor(provider: str) -> tuple[str, str]:
+    """Who this process acts as on ``provider``, and how that is known: the AWS caller ARN
+    (STS, asked at most once per process: ``aws_account_id`` answers it on the way), the GCP
+    account of the credentials, else ``self_declared``."""
+    if provider not in ("aws", "gcp"):
+        return self_declared()
+    with _actors_lock:
+        known = _actors.get(provider)
+    if known is not None:
+        return known
+    found: tuple[str, str] | None = None
+    if provider == "gcp":
+        found = gcp_account()
+    else:
+        try:
+            aws_account_id(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                           or "us-east-1")
+        except ConfigError:
+            pass  # no credentials here: the engine will say so; the actor is self-declared
+    with _actors_lock:
+        return _actors.setdefault(provider, _actors.get(provider) or found or self_declared())
+
+
+def known_actor(provider: str) -> tuple[str, str]:
+    """What ``actor`` gives without asking the network: on AWS, the caller ARN only if this
+    process learned it already (creating the stack asked STS), else ``self_declared``."""
+    if provider == "aws":
+        with _actors_lock:
+            return _actors.get("aws") or self_declared()
+    return actor(provider)
 
 
 def gcp_default_project(environ: Mapping[str, str] | None = None) -> str | None:
@@ -40,6 +111,11 @@ def gcp_default_project(environ: Mapping[str, str] | None = None) -> str | None:
     for variable in GCP_PROJECT_VARIABLES:
         if environ.get(variable):
             return environ[variable]
+    return _gcloud_setting("project", environ)
+
+
+def _gcloud_setting(setting: str, environ: Mapping[str, str]) -> str | None:
+    """``core/<setting>`` of the active gcloud configuration, None when unset."""
     root = Path(environ.get("CLOUDSDK_CONFIG") or Path.home() / ".config" / "gcloud")
     name = environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME")
     if not name:
@@ -52,7 +128,7 @@ def gcp_default_project(environ: Mapping[str, str] | None = None) -> str | None:
         parser.read(root / "configurations" / f"config_{name}")
     except configparser.Error:
         return None
-    return parser.get("core", "project", fallback=None) or None
+    return parser.get("core", setting, fallback=None) or None
 
 
 #: What ``ClusterStack.create`` asks: the real network, STS and gcloud configuration.

@@ -26,29 +26,31 @@ import pulumi.automation as auto
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
 from skyward_iac.infra.engine import locate as engine
-from skyward_iac.infra.engine import state_files
 from skyward_iac.infra.engine.command import EngineCommand
 from skyward_iac.infra.engine.lean_stack import LeanStack
 from skyward_iac.infra.engine.state_repair import repair as repair_state
 from skyward_iac.infra.identity import cloud_identity
 from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.programs.decisions import StackProgram
-from skyward_iac.infra.programs.pins import config_values, stack_pins
+from skyward_iac.infra.programs.pins import NODES, ZONE, config_values, stack_pins
 from skyward_iac.infra.stacks import home
-from skyward_iac.infra.stacks.leases import LEASE_UNTIL
+from skyward_iac.infra.stacks.records import (  # noqa: F401 - re-exported: callers list here
+    PROJECT,
+    list_records,
+    managed_count,
+)
+from skyward_iac.infra.stacks.stack_tags import StackTags
 from skyward_iac.infra.stacks.tags import (
-    DOWN_BY,
+    ACTOR,
+    ACTOR_SOURCE,
+    SELF_DECLARED,
     TAG_PREFIX,
-    WARM_UNTIL,
-    StackRecord,
-    decode_tags,
     encode_tags,
-    skyward_tags,
+    with_actor,
 )
 from skyward_iac.outputs import ClusterOutputs, parse_outputs
 from skyward_iac.processes import is_alive
 
-PROJECT = "skyward"
 log = logging.getLogger(__name__)
 
 
@@ -126,6 +128,17 @@ def _workspace(program: auto.PulumiFn | None = None,
     )
 
 
+def workspace_for_listing() -> auto.LocalWorkspace:
+    """A workspace for reading the backend's stacks through the engine (``records.py``)."""
+    return _workspace()
+
+
+def _provider_of(name: str) -> str:
+    """The provider of a stack named by ``new_stack_name`` (``aws-...``), else ``local``."""
+    kind = name.split("-", 1)[0]
+    return kind if kind in ("aws", "gcp") else "local"
+
+
 def _select(name: str) -> LeanStack:
     try:
         return LeanStack.select(name, _workspace(program=lambda: None))
@@ -142,13 +155,15 @@ def _engine_error(action: str, stack: str, exc: Exception) -> ProvisionError:
     return ProvisionError(f"pulumi {action} of stack {stack!r} failed:\n{tail}")
 
 
-class ClusterStack:
+class ClusterStack(StackTags):
     """A handle on one pool's Pulumi stack."""
 
     def __init__(self, stack: LeanStack | None, name: str | None = None) -> None:
         self._resolved = stack
         self._name = name or (stack.name if stack is not None else "")
         self._resolving = threading.Lock()
+        #: The provider of the stack's nodes when known (a created stack), for its actor.
+        self._provider: str | None = None
         #: An engine update plan the next ``up`` must follow (a reviewed plan), then none.
         self.plan_file: Path | None = None
 
@@ -173,6 +188,11 @@ class ClusterStack:
         """
         # Before the stack exists: a pin that cannot be learned leaves nothing behind.
         pinned = stack_pins(request, cloud_identity.RESOLVERS)
+        # Who runs it: on a cloud, the identity its credentials authenticated (STS answered
+        # it with the account pin above); on Local the owner, self-declared.
+        actor, source = cloud_identity.known_actor(request.spec.provider.kind)
+        if source != SELF_DECLARED:
+            tags = {**tags, ACTOR: actor, ACTOR_SOURCE: source}
         # A secrets provider such as awskms:// keeps keys out of the state in plaintext.
         workspace = _workspace(program_for(request), home.secrets_provider())
         stack = LeanStack.create(request.stack_name, workspace)
@@ -181,7 +201,9 @@ class ClusterStack:
                                   for key, value in config_values(pinned).items()})
         for key, value in encode_tags(tags).items():
             stack.set_tag(TAG_PREFIX + key, value)
-        return cls(stack)
+        created = cls(stack)
+        created._provider = request.spec.provider.kind
+        return created
 
     @classmethod
     def select(cls, name: str, lazy: bool = False) -> ClusterStack:
@@ -197,6 +219,7 @@ class ClusterStack:
         """Provision (or converge) the stack and return its outputs; ``refresh`` first reads
         every resource back, so a node that vanished is noticed and created again;
         ``replace_nodes`` are recreated even though they still exist (unhealthy, preempted)."""
+        message = self.audited(message or "skyward: update")
         plan, self.plan_file = self.plan_file, None  # a reviewed plan binds the first up only
         try:
             result = self._stack.up(on_output=on_output or log.debug, color="never",
@@ -228,6 +251,29 @@ class ClusterStack:
         return [r["urn"] for r in resources
                 if r.get("urn", "").rsplit("::", 1)[-1] in names and not r.get("delete")]
 
+    def audited(self, message: str) -> str:
+        """``message`` naming who makes the update (``tags.with_actor``): so the stack's own
+        update history (``pulumi stack history``) says who did what and why."""
+        return with_actor(message, *cloud_identity.actor(self._provider or
+                                                         _provider_of(self.name)))
+
+    def zones(self) -> tuple[str, ...]:
+        """The zones the stack's last update placed its nodes in, as its program decided and
+        recorded them (``decisions.py``); none for Local, or before an update ran here."""
+        program = self._resolved.workspace.program if self._resolved is not None else None
+        recorder = getattr(program, "recorder", None) if isinstance(program, StackProgram) \
+            else None
+        if recorder is None:
+            return ()
+        values = {**recorder.stored, **recorder.values}
+        zones = {values.get(ZONE) or ""}
+        try:
+            zones |= {str(pin.get("zone") or "") for pin in json.loads(values.get(NODES)
+                                                                       or "{}").values()}
+        except (ValueError, AttributeError):
+            pass
+        return tuple(sorted(zone for zone in zones if zone))
+
     def set_request(self, request: ClusterRequest) -> None:
         """Declare ``request`` from now on (e.g. another node count); the next ``up`` applies it."""
         self._stack.workspace.program = program_for(request)
@@ -241,6 +287,7 @@ class ClusterStack:
                 on_event: Callable[[auto.EngineEvent], Any] | None = None) -> None:
         """Delete every resource of the stack; the stack itself stays on record, and
         ``message`` (how the run ended) stays in its update history."""
+        message = self.audited(message)
         try:
             self._stack.destroy(on_output=on_output or log.debug, color="never", message=message,
                                 on_event=on_event)
@@ -276,7 +323,7 @@ class ClusterStack:
             self._stack.cancel()
         try:
             self._stack.refresh(clear_pending_creates=True, color="never", on_output=log.debug,
-                                message="skyward: refresh before cleanup")
+                                message=self.audited("skyward: refresh before cleanup"))
         except auto.errors.ConcurrentUpdateError:
             raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
         except auto.errors.CommandError as exc:
@@ -329,79 +376,3 @@ class ClusterStack:
     def history(self) -> list[auto.UpdateSummary]:
         """Every update, newest first (up, destroy, refresh ...)."""
         return self._stack.history(show_secrets=False)
-
-    def mark_taken_down(self, by: str) -> None:
-        """Tag the stack as destroyed from outside its pool (before destroying it), so its
-        owner, if it still runs, stops instead of recreating its nodes."""
-        self._stack.set_tag(TAG_PREFIX + DOWN_BY, by)
-
-    def renew_lease(self, until: str) -> None:
-        """Move the stack's lease forward to ``until`` (ISO time): ``gc`` leaves it alone."""
-        self._stack.set_tag(TAG_PREFIX + LEASE_UNTIL, until)
-
-    def set_warm(self, until: str | None) -> None:
-        """Tag the stack as kept warm until ``until`` (ISO time), or no longer (None)."""
-        if until:
-            self._stack.set_tag(TAG_PREFIX + WARM_UNTIL, until)
-        else:
-            try:
-                self._stack.remove_tag(TAG_PREFIX + WARM_UNTIL)
-            except auto.errors.CommandError:
-                pass  # it had none
-
-    def update_tags(self, changes: Mapping[str, str]) -> None:
-        """Rewrite some of the stack's tags (``nodes``, ``usd_per_hour`` after a resize) in
-        their stored form; only the stored tags that change are written."""
-        stored = {key.removeprefix(TAG_PREFIX): value
-                  for key, value in self._stack.workspace.list_tags(self.name).items()
-                  if key.startswith(TAG_PREFIX)}
-        for key, value in encode_tags({**decode_tags(stored), **changes}).items():
-            if stored.get(key) != value:
-                self._stack.set_tag(TAG_PREFIX + key, value)
-
-    def add_tag(self, key: str, value: str) -> None:
-        """Write one tag of its own (``key`` without the prefix: an access entry); one engine
-        command, no update, so it never waits for or blocks the owner's updates."""
-        self._stack.set_tag(TAG_PREFIX + key, value)
-
-    def tags(self) -> dict[str, str]:
-        """The skyward tags, without their prefix."""
-        return skyward_tags(self._stack.workspace.list_tags(self.name))
-
-
-def list_records(only_live: bool = False) -> list[StackRecord]:
-    """Every skyward stack in the backend with its tags and resource count (gc, history).
-
-    ``only_live`` skips reading the tags of empty (destroyed) stacks, one command each, but
-    for the stacks of plans not applied yet (found in one command: gc expires them).
-    The file backend's records are read from disk when their layout is known (no command).
-    """
-    directory = home.file_backend()
-    stored = state_files.read_stacks(directory, PROJECT) if directory else None
-    if stored is not None:
-        return [StackRecord(s.name, skyward_tags(s.tags), s.resource_count) for s in stored]
-    workspace = _workspace()
-    planned = _tagged(workspace, TAG_PREFIX + "plan_expires") if only_live else set()
-    records = []
-    for summary in workspace.list_stacks():
-        name, count = summary.name.rsplit("/", 1)[-1], summary.resource_count or 0
-        tags: dict[str, str] = {}
-        if count or not only_live or name in planned:
-            tags = skyward_tags(workspace.list_tags(name))
-        if count:  # the engine's count has the stack and its providers: count as `show` does
-            count = managed_count(workspace.export_stack(name).deployment or {})
-        records.append(StackRecord(name, tags, count))
-    return records
-
-
-def managed_count(deployment: Mapping[str, Any]) -> int:
-    """The resources of an exported deployment, the stack itself and providers left out (what
-    ``ls``, ``show`` and ``history`` call a stack's resources)."""
-    return sum(1 for r in deployment.get("resources", []) if not r["type"].startswith("pulumi:"))
-
-
-def _tagged(workspace: auto.LocalWorkspace, tag: str) -> set[str]:
-    """The names of the stacks that carry ``tag`` (the engine filters, in one command)."""
-    result = workspace.pulumi_command.run(["stack", "ls", "--json", "--tag", tag],
-                                          workspace.work_dir, workspace.env_vars)
-    return {entry["name"].rsplit("/", 1)[-1] for entry in json.loads(result.stdout or "[]")}

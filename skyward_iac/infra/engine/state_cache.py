@@ -1,0 +1,80 @@
+"""What a look at a remote backend learned, kept for the next look: each object's summary by
+key and ETag (an object rewritten gets a new ETag, so a stale summary is never used), and the
+history keys of runs whose history cannot grow any more.
+
+One JSON file per backend under the skyward home (0600; tags, update messages and counts
+only: nothing secret). Two processes saving at once each write a whole file (atomic rename);
+the loser's summaries are read again next time. A missing or unreadable file is an empty cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+
+
+class StateCache:
+    """Summaries by key and ETag; ``path`` None keeps them for this process only."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._objects: dict[str, list[Any]] = {}
+        self._settled: dict[str, list[Any]] = {}
+        self._changed = False
+        if path is not None:
+            try:
+                data = json.loads(path.read_text())
+                if data.get("version") == VERSION:
+                    self._objects, self._settled = data["objects"], data["settled"]
+            except (OSError, ValueError, KeyError, AttributeError):
+                pass  # no cache yet, or one of another version: start afresh
+
+    def get(self, key: str, etag: str) -> Any | None:
+        """The summary of ``key`` at ``etag``, None when not cached (or it changed since)."""
+        with self._lock:
+            entry = self._objects.get(key)
+        return entry[1] if entry is not None and etag and entry[0] == etag else None
+
+    def put(self, key: str, etag: str, value: Any) -> None:
+        with self._lock:
+            self._objects[key] = [etag, value]
+            self._changed = True
+
+    def settled(self, prefix: str, checkpoint_etag: str) -> dict[str, str] | None:
+        """The history keys (and ETags) under ``prefix`` recorded as final while the stack's
+        checkpoint was ``checkpoint_etag``; None if not (or the checkpoint changed since)."""
+        with self._lock:
+            entry = self._settled.get(prefix)
+        return dict(entry[1]) if entry is not None and entry[0] == checkpoint_etag else None
+
+    def settle(self, prefix: str, checkpoint_etag: str, keys: dict[str, str]) -> None:
+        with self._lock:
+            if self._settled.get(prefix) != [checkpoint_etag, keys]:
+                self._settled[prefix] = [checkpoint_etag, dict(keys)]
+                self._changed = True
+
+    def save(self, keep: Callable[[str], bool]) -> None:
+        """Write the cache, without the entries ``keep`` rejects (removed stacks)."""
+        if self.path is None:
+            return
+        with self._lock:
+            objects = {k: v for k, v in self._objects.items() if keep(k)}
+            settled = {k: v for k, v in self._settled.items() if keep(k)}
+            if not self._changed and len(objects) == len(self._objects) \
+                    and len(settled) == len(self._settled):
+                return
+            text = json.dumps({"version": VERSION, "objects": objects, "settled": settled},
+                              separators=(",", ":"))
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+        tmp.replace(self.path)
