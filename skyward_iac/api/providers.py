@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -47,6 +48,10 @@ class AWS(_ProviderConfig):
     )
 
 
+#: An email GCP gives a service account (user-managed, or one of Google's).
+GCP_ACCOUNT_EMAIL = re.compile(r"[a-z0-9][-a-z0-9.]*@[-a-z0-9.]+\.gserviceaccount\.com")
+
+
 class GCP(_ProviderConfig):
     """Google Compute Engine nodes, provisioned with pulumi-gcp."""
 
@@ -55,6 +60,22 @@ class GCP(_ProviderConfig):
     region: str | None = None
     zone: str | None = None
     ssh_cidr: str | None = None
+    service_account: str | None = Field(
+        default="auto",
+        description="what the nodes run as: 'auto' (a service account of the stack's own when "
+                    "they need one, none where GCP refuses to create it), an existing "
+                    "account's email, or None / 'none' (no account: a silent node stops "
+                    "instead of deleting itself; no bucket volumes)")
+
+    @field_validator("service_account")
+    @classmethod
+    def _account(cls, value: str | None) -> str | None:
+        if value is None or value == "none":  # 'none': config files have no null
+            return None
+        if value == "auto" or GCP_ACCOUNT_EMAIL.fullmatch(value):
+            return value
+        raise ValueError("must be 'auto', None ('none') or a service account's email "
+                         f"(NAME@PROJECT.iam.gserviceaccount.com), got {value!r}")
 
 
 ProviderConfig = Local | AWS | GCP

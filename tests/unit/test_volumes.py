@@ -30,14 +30,13 @@ from skyward_iac.api.volumes import (
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program, s3_volume_policy
 from skyward_iac.infra.programs.exports import volume_exports
-from skyward_iac.infra.programs.gcp import (
+from skyward_iac.infra.programs.gcp import gcp_program
+from skyward_iac.infra.programs.gcp_identity import (
     COMPUTE_SCOPE,
     OBJECT_USER,
     OBJECT_VIEWER,
-    SELF_DELETE_ROLE,
     STORAGE_READ_ONLY,
     STORAGE_READ_WRITE,
-    gcp_program,
     service_account_id,
 )
 from skyward_iac.infra.programs.testing import ProgramMocks, run_program
@@ -425,27 +424,6 @@ def test_gcp_nodes_without_volumes_or_ttl_have_no_service_account() -> None:
     assert not mocks.of_type("gcp:serviceaccount/account:Account")
     assert all(i.inputs.get("serviceAccount") is None
                for i in mocks.of_type("gcp:compute/instance:Instance"))
-
-
-def test_gcp_nodes_with_a_ttl_may_delete_their_own_instance_and_nothing_else() -> None:
-    """The watchdog's fire path deletes the VM (a stopped one keeps its disk): the stack's
-    account is bound to each node's own instance, holds no bucket or project grant, and
-    the node's scope is Compute only."""
-    mocks, _ = run_gcp([], nodes=2)
-    (account,) = mocks.of_type("gcp:serviceaccount/account:Account")
-    email = f"{account.inputs['accountId']}@my-project.iam.gserviceaccount.com"
-    assert not mocks.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    bindings = mocks.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
-    assert sorted((b.inputs["instanceName"], b.inputs["role"], b.inputs["member"])
-                  for b in bindings) == [
-        (f"gcp-vol-test-node-{i}", SELF_DELETE_ROLE, f"serviceAccount:{email}") for i in (0, 1)]
-    assert not [r for r in mocks.resources if "projectIam" in r.typ]
-    for instance in mocks.of_type("gcp:compute/instance:Instance"):
-        assert instance.inputs["serviceAccount"] == {"email": email, "scopes": [COMPUTE_SCOPE]}
-        watchdog = next(f["content"] for f in json.loads(instance.inputs["metadata"][
-            "user-data"].removeprefix("#cloud-config\n"))["write_files"]
-            if f["path"].endswith("skyward-watchdog"))
-        assert "-X DELETE" in watchdog and "/instances/$NAME" in watchdog
 
 
 def test_gcp_bucket_volumes_get_a_service_account_with_storage_scopes() -> None:

@@ -177,16 +177,29 @@ class Recorder:
         return {k: v for k, v in self.values.items() if self.stored.get(k) != v}
 
 
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """What a program goes without after the cloud refused part of an update: the config
+    values that say so (stored before the update runs again) and the warning to give."""
+
+    values: Mapping[str, str]
+    warning: str
+
+
 class StackProgram:
     """A cloud stack's inline program: each run reads the stack's pins, declares the cluster
     through ``declare`` (which records its decisions) and exports what it returns.
     ``unstored()`` is what the last run decided that the stack does not store yet; ClusterStack
-    stores it once that run succeeded."""
+    stores it once that run succeeded. ``fallback`` maps a failed update's errors (logical
+    resource name -> text) to what the program can go without (``stacks/fallbacks.py``)."""
 
     def __init__(self, provider: str,
-                 declare: Callable[[Mapping[str, str], Recorder], Mapping[str, Any]]) -> None:
+                 declare: Callable[[Mapping[str, str], Recorder], Mapping[str, Any]],
+                 fallback: Callable[[Mapping[str, str]], Fallback | None] | None = None,
+                 ) -> None:
         self.provider = provider
         self.declare = declare
+        self.fallback = fallback
         self.recorder: Recorder | None = None
 
     def __call__(self) -> None:

@@ -14,8 +14,7 @@ once per stack (``decisions.py``).
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,6 @@ import pulumi_gcp as gcp
 
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.capacity.offers import Offer
 from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
@@ -32,6 +30,14 @@ from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
 from skyward_iac.infra.programs.decisions import Decided, Recorder, StackProgram
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
+from skyward_iac.infra.programs.gcp_identity import (
+    AUTO,
+    NodeAccount,
+    NodeIdentity,
+    declare_identity,
+    node_identity,
+    program_fallback,
+)
 from skyward_iac.infra.programs.host_key import node_boot
 
 SUBNET_CIDR = "10.42.0.0/20"
@@ -132,9 +138,13 @@ def gcp_program(request: ClusterRequest,
     image = boot_image(plan.offer)
     common.check_disk(plan, image.min_disk_gb, image.family.rsplit("/", 1)[-1])
     provider_config = request.spec.provider
-    # A row that lists no zone fails now, before any stack exists.
+    # A row that lists no zone fails now, before any stack exists; so do volumes that would
+    # have no account to mount them as.
     zone_for(plan.offer, request.zone or getattr(provider_config, "zone", None))
+    account_setting = getattr(provider_config, "service_account", AUTO)
+    node_identity(plan, account_setting)
     project = getattr(provider_config, "project", None)
+    identities: list[NodeIdentity] = []
 
     def declare(stored: Mapping[str, str], record: Recorder) -> dict[str, Any]:
         decided = decisions.decide(request, stored)
@@ -142,16 +152,25 @@ def gcp_program(request: ClusterRequest,
         zone = decided.zone or zone_for(decided.offer, getattr(provider_config, "zone", None))
         ssh_cidr = pins.pinned_ssh_cidr(stored, getattr(provider_config, "ssh_cidr", None),
                                         ssh_cidr_lookup)
+        cluster = decided.plan(request)
+        identities.append(node_identity(cluster, account_setting, stored.get(pins.IDENTITY)))
         # The project stored at creation, so the provider never falls back to the caller's.
-        exports = declare_cluster(decided.plan(request), decided, record, zone,
-                                  stored.get(pins.GCP_PROJECT) or project, ssh_cidr)
+        exports = declare_cluster(cluster, decided, record, zone,
+                                  stored.get(pins.GCP_PROJECT) or project, ssh_cidr,
+                                  identities[-1])
         return {**exports, **volume_exports(request)}
 
-    return StackProgram("gcp", declare)
+    def fallback(errors: Mapping[str, str]) -> decisions.Fallback | None:
+        """What the last run may go without (``gcp_identity``): GCP refused its identity."""
+        return program_fallback(request.stack_name, identities[-1])(errors) if identities \
+            else None
+
+    return StackProgram("gcp", declare, fallback)
 
 
 def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, zone: str,
-                    project: str | None, ssh_cidr: str) -> dict[str, Any]:
+                    project: str | None, ssh_cidr: str,
+                    identity: NodeIdentity) -> dict[str, Any]:
     """Declare every resource of the cluster and return the outputs to export."""
     labels = common.gcp_labels(plan.tags)
     region = plan.offer.region
@@ -189,9 +208,11 @@ def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, zone:
     zones = {i: pin.zone if pin and pin.zone else zone for i, pin in pinned.items()}
     record.nodes(images, zones)
     guest = plan.offer.guest_accelerator
-    account = node_service_account(plan, opts)
+    account: NodeAccount | None = declare_identity(plan, identity, opts)
     nodes = []
     for index in range(plan.node_count):
+        # The fire path is in the user data of every node with an account and a ttl; where
+        # GCP refused the grant, its DELETE fails and the power-off follows.
         host_key, user_data = node_boot(plan, credentials, index, self_delete=account is not None
                                         and plan.ttl > 0)
         instance = gcp.compute.Instance(
@@ -223,94 +244,18 @@ def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, zone:
             },
             tags=[tag],
             labels={**labels, "skyward-node": str(index)},
-            # The stack's own account: delete on this instance alone (the watchdog's fire
-            # path) and the volumes' buckets; none at all without a ttl or volumes.
+            # gcp_identity: delete on this instance alone (the watchdog's fire path) and the
+            # volumes' buckets; none without a ttl or volumes, or where GCP refused one.
             service_account=account.block if account is not None else None,
             # Nodes of stacks that predate the stored image were created from a family: the
             # image declared now must not replace them.
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                 ignore_changes=["bootDisk.initializeParams.image"])),
         )
-        if account is not None and plan.ttl > 0:
-            gcp.compute.InstanceIAMMember(
-                f"node-{index}-self-delete", instance_name=instance.name, zone=zones[index],
-                role=SELF_DELETE_ROLE, member=account.email.apply(
-                    lambda email: f"serviceAccount:{email}"), opts=opts)
+        if account is not None:
+            account.bind_self_delete(index, instance, zones[index], opts)
         interface = instance.network_interfaces[0]
         nodes.append(common.node_output(
             index, interface.network_ip, interface.access_configs[0].nat_ip, host_key.public_key,
         ))
     return cluster_exports(plan.stack_name, plan.collections, credentials, nodes)
-
-
-# -- volumes -----------------------------------------------------------------------------------
-
-COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
-#: Granted to the stack's account on each node's own instance (an instance-level binding,
-#: not a project one): what lets the watchdog delete that instance and nothing else.
-SELF_DELETE_ROLE = "roles/compute.instanceAdmin.v1"
-STORAGE_READ_ONLY = "https://www.googleapis.com/auth/devstorage.read_only"
-STORAGE_READ_WRITE = "https://www.googleapis.com/auth/devstorage.read_write"
-#: The roles gcsfuse needs, as Google documents them: viewer to read, user to also write.
-OBJECT_VIEWER, OBJECT_USER = "roles/storage.objectViewer", "roles/storage.objectUser"
-
-
-def storage_scopes(volumes: Sequence[Volume]) -> list[str]:
-    """The node's OAuth scopes: Cloud Storage read-write when a volume writes, else read-only."""
-    return [STORAGE_READ_ONLY if all(v.read_only for v in volumes) else STORAGE_READ_WRITE]
-
-
-def bucket_roles(volumes: Sequence[Volume]) -> dict[str, str]:
-    """The role the nodes' service account gets on each bucket (read-write wins per bucket)."""
-    roles: dict[str, str] = {}
-    for volume in volumes:
-        if not volume.read_only or volume.bucket not in roles:
-            roles[volume.bucket] = OBJECT_VIEWER if volume.read_only else OBJECT_USER
-    return dict(sorted(roles.items()))
-
-
-def service_account_id(stack_name: str) -> str:
-    """A service-account id for the stack (6-30 chars: lowercase, digits, '-'). Ids are
-    global in a project and 30 characters cut most stack names, so a hash of the whole name
-    ends it: two long names that share their first 21 characters never collide."""
-    digest = hashlib.sha256(stack_name.encode()).hexdigest()[:8]
-    return common.gcp_name(f"skyward-{stack_name}", digest, limit=30)
-
-
-def node_scopes(plan: ClusterPlan) -> list[str]:
-    """The nodes' OAuth scopes: Compute (the watchdog deletes its instance) with a ttl, and
-    Cloud Storage for bucket volumes."""
-    scopes = [COMPUTE_SCOPE] if plan.ttl > 0 else []
-    return scopes + (storage_scopes(plan.identity_volumes) if plan.identity_volumes else [])
-
-
-class NodeAccount:
-    """The stack's service account, as the instances' ``service_account`` block."""
-
-    def __init__(self, account: gcp.serviceaccount.Account, scopes: list[str]) -> None:
-        self.email = account.email
-        self.block = gcp.compute.InstanceServiceAccountArgs(email=account.email, scopes=scopes)
-
-
-def node_service_account(plan: ClusterPlan, opts: pulumi.ResourceOptions) -> Any:
-    """A service account of the stack's own for its nodes, or None when they need no cloud
-    identity (no ttl and no volumes). It may delete each node's own instance (the ttl's fire
-    path: a stopped VM would keep its disk) and read or write exactly the volumes' buckets.
-
-    A dedicated account (not the project's default one, which usually holds Editor) holds no
-    project role at all; its grants are removed with the stack.
-    """
-    if plan.ttl <= 0 and not plan.identity_volumes:
-        return None
-    account = gcp.serviceaccount.Account(
-        # The logical name predates the fire path; renaming it would replace the account.
-        "volumes-sa", account_id=service_account_id(plan.stack_name),
-        display_name=f"skyward_iac {plan.stack_name} nodes",
-        description="the nodes of this stack: delete their own instance, mount their volumes",
-        opts=opts,
-    )
-    member = account.email.apply(lambda email: f"serviceAccount:{email}")
-    for bucket, role in bucket_roles(plan.identity_volumes).items():
-        gcp.storage.BucketIAMMember(f"volumes-{bucket}", bucket=bucket, role=role, member=member,
-                                    opts=opts)
-    return NodeAccount(account, node_scopes(plan))

@@ -29,10 +29,12 @@ GCP_PROJECT = "project"
 PLACE, ZONE, IMAGE, NODES = "place", "zone", "image", "nodes"
 TAGS, MAX_LIFETIME, MAX_NODES = "tags", "maxLifetime", "maxNodes"
 DECIDED = (PLACE, ZONE, IMAGE, NODES, TAGS, MAX_LIFETIME, MAX_NODES)
+#: GCP: what the nodes go without since GCP refused part of their identity (gcp_identity.py).
+IDENTITY = "identity"
 #: The keys each provider pins (also settings of the ``stacks/`` projects, same meaning).
 PIN_KEYS: dict[str, tuple[str, ...]] = {
     "local": (), "aws": (SSH_CIDR, AWS_ACCOUNT_ID, *DECIDED),
-    "gcp": (SSH_CIDR, GCP_PROJECT, *DECIDED)}
+    "gcp": (SSH_CIDR, GCP_PROJECT, *DECIDED, IDENTITY)}
 
 
 @dataclass(frozen=True, slots=True)

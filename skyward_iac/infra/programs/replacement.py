@@ -216,6 +216,10 @@ RULES: dict[str, Rules] = {
         " + google-beta/tpgiamresource/resource_iam_member.go",
         replace=("instanceName", "zone?", "project?", "role", "member", "condition.#"),
         suppress={"instanceName": _last_segment}),
+    "gcp:projects/iAMCustomRole:IAMCustomRole": Rules(
+        "google_project_iam_custom_role",
+        "google-beta/services/resourcemanager/resource_google_project_iam_custom_role.go",
+        replace=("roleId", "project?")),
     "gcp:serviceaccount/account:Account": Rules(
         "google_service_account",
         "google-beta/services/resourcemanager/resource_google_service_account.go",

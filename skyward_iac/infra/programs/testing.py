@@ -73,6 +73,8 @@ def computed(typ: str, name: str, inputs: Mapping[str, Any], generation: str = "
         interface["networkIp"] = f"10.42.0.{host}"
         interface["accessConfigs"] = [{"natIp": f"198.51.100.{host}"}]
         return {"networkInterfaces": [interface]}
+    if typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
+        return {"name": f"projects/{inputs.get('project', 'my-project')}/roles/{inputs['roleId']}"}
     if typ.startswith("gcp:compute/"):
         return {"selfLink": f"https://compute.googleapis.com/{inputs.get('name', name)}"}
     return {}

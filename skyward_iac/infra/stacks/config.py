@@ -47,7 +47,7 @@ PROVIDER_KEYS: dict[str, dict[str, str]] = {
     "aws": {"sshCidr": "ssh_cidr", "useDefaultVpc": "use_default_vpc",
             "containerImage": "container_image"},
     "gcp": {"sshCidr": "ssh_cidr", "project": "project", "zone": "zone",
-            "containerImage": "container_image"},
+            "containerImage": "container_image", "serviceAccount": "service_account"},
 }
 PROVIDER_CLASSES: dict[str, type[Local | AWS | GCP]] = {
     "local": Local, "aws": AWS, "gcp": GCP}

@@ -34,6 +34,7 @@ from skyward_iac.infra.programs import ClusterRequest, program_for
 from skyward_iac.infra.programs.decisions import StackProgram
 from skyward_iac.infra.programs.pins import NODES, ZONE, config_values, stack_pins
 from skyward_iac.infra.stacks import home
+from skyward_iac.infra.stacks.fallbacks import ResourceErrors, fallback_for
 from skyward_iac.infra.stacks.records import (  # noqa: F401 - re-exported: callers list here
     PROJECT,
     list_records,
@@ -218,16 +219,26 @@ class ClusterStack(StackTags):
            replace_nodes: Sequence[int] = ()) -> ClusterOutputs:
         """Provision (or converge) the stack and return its outputs; ``refresh`` first reads
         every resource back, so a node that vanished is noticed and created again;
-        ``replace_nodes`` are recreated even though they still exist (unhealthy, preempted)."""
+        ``replace_nodes`` are recreated even though they still exist (unhealthy, preempted).
+        A failure the program can do without (``fallbacks.py``) is stored and warned about,
+        and the update runs again (never under a reviewed plan)."""
         message = self.audited(message or "skyward: update")
         plan, self.plan_file = self.plan_file, None  # a reviewed plan binds the first up only
+        errors = ResourceErrors(on_event)
         try:
             result = self._stack.up(on_output=on_output or log.debug, color="never",
-                                    refresh=refresh, message=message, on_event=on_event,
+                                    refresh=refresh, message=message, on_event=errors,
                                     replace=self._node_urns(replace_nodes) or None,
                                     plan=str(plan) if plan else None)
         except auto.errors.CommandError as exc:
-            raise _engine_error("up", self.name, exc) from None
+            fallback = None if plan else fallback_for(self._stack.workspace.program,
+                                                      errors.by_name)
+            if fallback is None:
+                raise _engine_error("up", self.name, exc) from None
+            log.warning(fallback.warning)
+            self._stack.set_all_config({key: auto.ConfigValue(value) for key, value
+                                        in config_values(fallback.values).items()})
+            return self.up(on_output, refresh, message, on_event, replace_nodes)
         self._store_decisions()
         return parse_outputs(result.outputs)
 
