@@ -1,4 +1,5 @@
-"""``skyward-iac preview``: the resources and the cost of a pool, from a real ``pulumi preview``."""
+"""``skyward-iac preview``: the resources and the cost of a pool, from a real ``pulumi preview``
+(or, for an AWS or GCP pool where no real one can run, from its program declared offline)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ def add_parser(commands: Any) -> None:
         "preview", help="what a pool would create and cost (pulumi preview; nothing is created)",
         description="Run a real `pulumi preview` of the stack sky.Compute would create for "
                     "these flags, then remove that stack again. Prints the planned resources "
-                    "and the estimated cost from the offer catalog (Local costs 0).",
+                    "and the estimated cost from the offer catalog (Local costs 0). An AWS or "
+                    "GCP pool on a machine without the engine, the provider plugin or "
+                    "credentials is declared offline: the stack's own program runs under "
+                    "Pulumi mocks and every resource it declares is printed with its key "
+                    "inputs, marked 'offline: no provider diff'.",
     )
     parser.add_argument("--provider", choices=PROVIDERS, required=True)
     _spec_flags(parser)
@@ -41,7 +46,10 @@ def add_parser(commands: Any) -> None:
                     "it prints. `skyward-iac apply FILE --approved DIGEST` (or a pool started "
                     "with sky.Options(plan=FILE)) brings up exactly that stack, once (pulumi up "
                     "--plan); an edited file, or a pool that asks for anything else, is "
-                    "refused. An unapplied plan expires after --plan-ttl.")
+                    "refused. An unapplied plan expires after --plan-ttl. Where no real "
+                    "preview can run (an AWS or GCP pool without the provider plugin or "
+                    "credentials) it writes an offline plan: no stack, for review only, "
+                    "refused by apply.")
     source = planner.add_mutually_exclusive_group(required=True)
     source.add_argument("--provider", choices=PROVIDERS)
     source.add_argument("--pool", metavar="NAME", help="a [pools.NAME] of skyward.toml")
@@ -76,6 +84,11 @@ def add_parser(commands: Any) -> None:
                          help="Options(max_cost_usd) of the applied pool, at most the plan's "
                               "(default: the plan's); the warm nodes stop themselves there")
     applier.set_defaults(run=run_apply, parser=applier)
+    for declaring in (parser, planner):
+        declaring.add_argument(
+            "--offline", action="store_true",
+            help="declare an aws or gcp pool offline even where a real preview could run (no "
+                 "provider diff; an offline plan cannot be applied)")
 
 
 def _spec_flags(parser: argparse.ArgumentParser) -> None:
@@ -109,12 +122,19 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Preview one pool; exit code 1 on a bad request, a missing engine or plugin."""
+    """Preview one pool; exit code 1 on a bad request or (Local) a missing engine."""
+    from skyward_iac.orchestration.offline_preview import OfflinePreview
     from skyward_iac.orchestration.preview import preview
 
     if args.hours < 0:
         args.parser.error(f"--hours must be >= 0, got {args.hours:g}")
-    result = preview(_spec(args), hours=args.hours)
+    result = preview(_spec(args), hours=args.hours, offline=args.offline or None)
+    if isinstance(result, OfflinePreview):
+        if args.json:
+            print(json.dumps(result.to_dict(), indent=2))
+        else:
+            print_offline(result, args.diff)
+        return 0
     if args.json:
         report = result.to_dict()
         if args.diff:
@@ -139,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
 def run_plan(args: argparse.Namespace) -> int:
     """Create the pool's stack, preview it with an update plan, write the plan file."""
     from skyward_iac.api.spec import Options
+    from skyward_iac.orchestration.offline_preview import OfflinePlan
     from skyward_iac.orchestration.preview import save_reviewed_plan
 
     tags = dict(tag.partition("=")[::2] for tag in args.tag)
@@ -146,14 +167,23 @@ def run_plan(args: argparse.Namespace) -> int:
         args.parser.error(f"--tag takes KEY=VALUE, got {bad[0]!r}")
     options = Options(max_lifetime=args.max_lifetime, tags=tags,
                       max_cost_usd=args.max_cost_usd)
+    offline = args.offline or None
     if args.pool:
-        planned, reviewed = save_reviewed_plan((), args.pool, options, {}, args.out,
-                                               {"pool": args.pool}, args.plan_ttl)
+        saved = save_reviewed_plan((), args.pool, options, {}, args.out, {"pool": args.pool},
+                                   args.plan_ttl, offline)
     else:
         settings = _settings(args)
-        planned, reviewed = save_reviewed_plan(
+        saved = save_reviewed_plan(
             (spec_from_args(args.provider, settings),), None, options, {}, args.out,
-            {"provider": args.provider, "settings": settings}, args.plan_ttl)
+            {"provider": args.provider, "settings": settings}, args.plan_ttl, offline)
+    if isinstance(saved, OfflinePlan):
+        print_offline(saved.preview)
+        print(f"\noffline plan written to {saved.path}\ndigest {saved.digest}\n"
+              "It is for review and cannot be applied (no provider diff, no stack): `apply` "
+              "refuses it. Make the plan to apply with this same `skyward-iac plan` where the "
+              f"{saved.preview.declared.provider} provider plugin and credentials are.")
+        return 0
+    planned, reviewed = saved
     print(planned.text.rstrip() + "\n")
     print(f"stack {reviewed.stack}: planned changes ({_counts(planned.changes)}), "
           f"estimated ${reviewed.usd_per_hour:.4f}/h")
@@ -202,3 +232,44 @@ def run_apply(args: argparse.Namespace) -> int:
 
 def _counts(changes: dict[str, int]) -> str:
     return ", ".join(f"{count} to {op}" for op, count in sorted(changes.items())) or "none"
+
+
+def print_offline(result: Any, diff: bool = False) -> None:
+    """An ``OfflinePreview`` for a reviewer: every declared resource with its key inputs (a
+    resource whose inputs equal an earlier one's of its type says so), the nodes, the catalog
+    estimate, and why it is offline."""
+    from skyward_iac.infra.capacity.offers import ESTIMATE
+    from skyward_iac.orchestration.offline_preview import OFFLINE
+
+    declared, choice = result.declared, result.choice
+    print(f"{OFFLINE} (the {declared.provider} program declared under Pulumi mocks: nothing "
+          "was created and no cloud was asked; why below)")
+    if diff:
+        print("--diff: offline there is no engine diff to print")
+    print(f"offer: {choice}")
+    print(f"resources the program declares ({len(declared.resources)}; 'at apply:' values "
+          "are looked up when the stack is brought up):")
+    seen: dict[tuple[str, str], str] = {}
+    for resource in declared.resources:
+        print(f"  {resource.type:<58} {resource.name}")
+        if not resource.inputs:
+            continue
+        key = (resource.type, json.dumps(resource.inputs, sort_keys=True))
+        if key in seen:
+            print(f"      (inputs as {seen[key]})")
+            continue
+        seen[key] = resource.name
+        for label, value in resource.inputs.items():
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+            print(f"      {label}: {shown}")
+    decisions = declared.decisions
+    print(f"nodes: {len(declared.nodes)} x {choice.offer.instance_type} {choice.market} in "
+          f"{choice.offer.region}, zone {decisions.get('zone', '-')}")
+    mark = ESTIMATE if choice.estimated else ""
+    print(f"estimated cost: ${result.hourly:.4f}/h{mark}, ${result.estimate:.2f} for "
+          f"{result.hours:g} h (catalog {result.catalog.describe()}; not live quotes)")
+    if choice.estimated:
+        print("(est.): a typical spot price, not a quote; `skyward-iac offers refresh` fetches "
+              "live ones")
+    print(f"{OFFLINE}: a real preview needs the engine, the provider plugin and credentials "
+          f"here; missing: {result.reason}")

@@ -175,6 +175,12 @@ def load(path: str | Path, approved: str | None = None,
             f"{path} was changed after `skyward-iac plan` sealed it: its content has digest "
             f"{actual}, not the {document.get('digest')!r} it was written with. Nothing was "
             "created. Review and apply an unedited plan, or make a new one.")
+    if document.get("offline"):  # offline_preview.save_offline_plan: no engine plan, no stack
+        raise ConfigError(
+            f"{path} is an offline plan (offline: no provider diff), made where the provider "
+            "plugin or credentials were missing: it is for review and cannot be applied. "
+            "Nothing was created. Make the plan to apply with `skyward-iac plan` where the "
+            "provider plugin and credentials are.")
     if approved is not None and not plan_file.same_digest(approved, actual):
         raise ConfigError(
             f"{path} is not the approved plan: its digest is {actual}, the approved one "

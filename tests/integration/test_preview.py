@@ -1,4 +1,5 @@
-"""``preview`` (Python and CLI): a real ``pulumi preview`` that creates and keeps nothing."""
+"""``preview`` (Python and CLI): a real ``pulumi preview`` that creates and keeps nothing, and
+an offline one where the cloud's provider plugin is missing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from skyward_iac.cli import main
 from skyward_iac.infra.engine.provider_plugins import plugin_version, require_plugin
 from skyward_iac.infra.stacks import home
 from skyward_iac.infra.stacks.stack import ClusterStack
+from skyward_iac.orchestration.offline_preview import OFFLINE, OfflinePreview
 from skyward_iac.orchestration.preview import preview
 from tests.helpers import stack_sandboxes
 
@@ -62,7 +64,7 @@ def test_invalid_request_fails_before_any_stack_exists() -> None:
 
 
 @pytest.mark.parametrize("provider", ["aws", "gcp"])
-def test_cloud_preview_without_the_plugin_says_how_to_install_it(
+def test_cloud_preview_without_the_plugin_goes_offline_and_says_how_to_install_it(
     provider: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     try:
@@ -74,14 +76,21 @@ def test_cloud_preview_without_the_plugin_says_how_to_install_it(
     config = sky.AWS(ssh_cidr="203.0.113.7/32") if provider == "aws" else \
         sky.GCP(project="p", ssh_cidr="203.0.113.7/32")
     before = sorted(home.state_dir().rglob("*"))
-    with pytest.raises(EngineNotFoundError) as caught:
-        preview(provider=config, nodes=1)
-    message = str(caught.value)
     version = plugin_version(provider)
-    assert f"pulumi-resource-{provider} {version}" in message
-    assert f"plugin install resource {provider} {version}" in message
+    install = f"plugin install resource {provider} {version}"
+    # offline=False: the real preview or nothing, as before offline previews existed.
+    with pytest.raises(EngineNotFoundError) as caught:
+        preview(provider=config, nodes=1, offline=False)
+    message = str(caught.value)
+    assert f"pulumi-resource-{provider} {version}" in message and install in message
     assert f"PULUMI_HOME={Path(home.skyward_home()) / 'pulumi-home'}" in message
+    # By default the pool is declared offline, and the reason says what to install.
+    result = preview(provider=config, nodes=1)
+    assert isinstance(result, OfflinePreview) and install in result.reason
+    assert [n.name for n in result.declared.nodes] == ["node-0"]
     assert sorted(home.state_dir().rglob("*")) == before, "no stack may be created"
-    # The CLI says the same on stderr, with exit code 1.
-    assert main(["preview", "--provider", provider, "--ssh-cidr", "203.0.113.7/32"]) == 1
-    assert f"plugin install resource {provider} {version}" in capsys.readouterr().err
+    # The CLI prints the offline declaration, marked, with the same install command.
+    assert main(["preview", "--provider", provider, "--ssh-cidr", "203.0.113.7/32"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(OFFLINE) and install in out
+    assert sorted(home.state_dir().rglob("*")) == before
