@@ -18,7 +18,7 @@ TOKEN = "s3cret-token"
 
 @dataclass
 class Agent:
-    """A running ``python -m skyward_iac.node.agent``; ``workdir/run/agent.pid`` holds its
+    """A running ``python -m skyward_iac.node agent``; ``workdir/run/agent.pid`` holds its
     pid, as bootstrap writes it."""
 
     process: subprocess.Popen[bytes]
@@ -41,7 +41,7 @@ def running_agent(workdir: Path, *args: str) -> Iterator[Agent]:
     (workdir / "token").write_text(TOKEN)
     port_file = workdir / "run" / "agent.port"
     process = subprocess.Popen(
-        [sys.executable, "-m", "skyward_iac.node.agent", "--token-file", str(workdir / "token"),
+        [sys.executable, "-m", "skyward_iac.node", "agent", "--token-file", str(workdir / "token"),
          "--port-file", str(port_file), *args],
         stdout=subprocess.DEVNULL, stderr=open(workdir / "agent.log", "wb"),  # noqa: SIM115
     )

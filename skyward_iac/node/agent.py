@@ -8,7 +8,7 @@ task that kills its process never takes the agent down.
 The agent leads its own process group, which its workers (and the processes their tasks start)
 join, so one ``kill`` of the group fences the node (``remote/fence.py``); and its workers die
 with it, however it dies (see ``Slots``).
-Run as ``python -m skyward_iac.node.agent --token-file F --port-file F [--concurrency N]
+Run as ``python -m skyward_iac.node agent --token-file F --port-file F [--concurrency N]
 [--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
 [--metadata-url URL]] [--refusals-every SECONDS]``.
 
@@ -189,7 +189,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m skyward_iac.node agent", description=__doc__)
     parser.add_argument("--token-file", type=Path, required=True)
     parser.add_argument("--port-file", type=Path, required=True)
     parser.add_argument("--bind", default="127.0.0.1")
@@ -233,6 +233,3 @@ def main(argv: list[str] | None = None) -> None:
         threading.Thread(target=handle, args=(sock, token, slots, refusals, listeners),
                          daemon=True).start()
 
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 
 Run on the head node (usually over SSH)::
 
-    python -m skyward_iac.node.etcd_server --data-dir D --listen ADDR \\
+    python -m skyward_iac.node etcd-server --data-dir D --listen ADDR \\
         --client-port P --peer-port Q --certs-dir C [--timeout S] [--certs-stdin] [--durable]
 
 It prints exactly one line, ``::etcd-endpoint host:port``, once etcd answers a real request over
@@ -261,8 +261,8 @@ def log_tail(data_dir: Path, lines: int = 40) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``python -m skyward_iac.node.etcd_server`` entry point."""
-    parser = argparse.ArgumentParser(prog="python -m skyward_iac.node.etcd_server",
+    """The ``python -m skyward_iac.node etcd-server`` entry point."""
+    parser = argparse.ArgumentParser(prog="python -m skyward_iac.node etcd-server",
                                      description="Start the collections' etcd, detached.")
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--listen", required=True, help="address to bind, e.g. the private IP")
@@ -337,6 +337,3 @@ def _advertised(listen: str) -> str:
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,7 +28,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from collections import deque
@@ -37,6 +36,7 @@ from typing import Any, Protocol, cast
 
 from skyward_iac.api.errors import PluginError, WorkerCrashedError
 from skyward_iac.api.runtime import InstanceInfo
+from skyward_iac.node import command as node_command
 from skyward_iac.node import protocol
 from skyward_iac.node.facts import network_facts
 from skyward_iac.node.protocol import Cancel, Configure, Output, Result, Started, Task
@@ -72,9 +72,9 @@ class WorkerProcess:
         with tempfile.TemporaryFile() as counter_file:
             counter_file.truncate(COUNTER.size)
             self.counter = mmap.mmap(counter_file.fileno(), COUNTER.size)
-            command = [sys.executable, "-m", "skyward_iac.node.worker",
-                       "--fd", str(theirs.fileno()), "--slots", str(slots),
-                       "--counter-fd", str(counter_file.fileno())] + (["--once"] if once else [])
+            command = node_command("worker", "--fd", str(theirs.fileno()), "--slots", str(slots),
+                                   "--counter-fd", str(counter_file.fileno()),
+                                   *(["--once"] if once else []))
             passed = [theirs.fileno(), counter_file.fileno()]
             if lifeline is not None:
                 command += ["--lifeline-fd", str(lifeline)]

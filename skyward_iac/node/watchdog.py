@@ -14,7 +14,7 @@ heartbeat: how many seconds the budget leaves at the pool's current rate (``none
 deadline). Each time the watchdog sees that file change it reads it and sets the budget's
 deadline that many seconds from then, on this node's clock, and stops the node when it passes:
 a client that is gone cannot let its pool spend past its budget.
-Run as ``python -m skyward_iac.node.watchdog --heartbeat F --ttl S --sandbox DIR``.
+Run as ``python -m skyward_iac.node watchdog --heartbeat F --ttl S --sandbox DIR``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def _read(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m skyward_iac.node watchdog",
+                                     description=__doc__)
     parser.add_argument("--heartbeat", type=Path, required=True)
     parser.add_argument("--ttl", type=float, required=True)
     parser.add_argument("--sandbox", type=Path, required=True)
@@ -94,6 +95,3 @@ def main(argv: list[str] | None = None) -> None:
             stop_sandbox(args.sandbox)
             return
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """A worker process on a node: runs the tasks its agent hands it and streams their output.
 
-Started by the agent as ``python -m skyward_iac.node.worker --fd N [--slots K]
+Started by the agent as ``python -m skyward_iac.node worker --fd N [--slots K]
 [--counter-fd C] [--once]`` with one end of a socket pair. ``K`` runner threads take tasks from
 a local FIFO queue (the agent may send tasks ahead of free slots, so a busy worker never waits
 for its agent between short tasks). Before a task starts, the count of tasks taken from the
@@ -357,7 +357,7 @@ def watch_lifeline(fd: int, agent_group: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m skyward_iac.node worker", description=__doc__)
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--slots", type=int, default=1, help="tasks running at once")
     parser.add_argument("--counter-fd", type=int, help="shared counter of tasks taken")
@@ -414,6 +414,3 @@ def main(argv: list[str] | None = None) -> None:
         if runner.inline:
             runner.run_inline(receive_pending)
 
-
-if __name__ == "__main__":
-    main()

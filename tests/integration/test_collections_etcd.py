@@ -71,7 +71,7 @@ def _free_loopback() -> tuple[str, int, int]:
 
 
 def _launch(argv: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "skyward_iac.node.etcd_server", *argv],
+    return subprocess.run([sys.executable, "-m", "skyward_iac.node", "etcd-server", *argv],
                           input=stdin, capture_output=True, text=True, timeout=60)
 
 

@@ -32,7 +32,7 @@ def agent(tmp_path: Path, *flags: str) -> Iterator[AgentClient]:
     """A real agent process on loopback, connected and authenticated."""
     (tmp_path / "token").write_text(TOKEN)
     process = subprocess.Popen(
-        [sys.executable, "-m", "skyward_iac.node.agent", "--token-file", str(tmp_path / "token"),
+        [sys.executable, "-m", "skyward_iac.node", "agent", "--token-file", str(tmp_path / "token"),
          "--port-file", str(tmp_path / "port"), *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
     )

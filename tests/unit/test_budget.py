@@ -242,7 +242,7 @@ def test_the_local_watchdog_stops_the_node_when_the_budget_it_was_told_runs_out(
     log = tmp_path / "watchdog.log"
     with log.open("wb") as out:
         watchdog = subprocess.Popen(
-            [sys.executable, "-m", "skyward_iac.node.watchdog", "--heartbeat", str(heartbeat),
+            [sys.executable, "-m", "skyward_iac.node", "watchdog", "--heartbeat", str(heartbeat),
              "--ttl", "2", "--first-contact", "600", "--sandbox", str(sandbox)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:

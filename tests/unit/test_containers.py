@@ -111,7 +111,7 @@ def test_host_half_starts_the_container_and_the_rest_runs_inside() -> None:
     assert "nvidia-container-toolkit" in script and "nvidia-ctk runtime configure" in script
     assert script.rstrip().endswith('docker exec -i skyward-opt-skyward bash '
                                     '"$W/bootstrap-node.sh" || exit $?')
-    assert "skyward_iac.node.agent" in node_script and "skyward_iac.node.agent" not in script
+    assert "skyward_iac.node agent" in node_script and "skyward_iac.node agent" not in script
     # Every step name is announced once, in order, across the two halves (StepWatcher's list).
     announced = [line.split(" ", 1)[1].strip("'") for text in (script, node_script)
                  for line in text.splitlines() if line.startswith("step ")]

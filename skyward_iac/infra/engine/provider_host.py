@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -92,7 +93,10 @@ def reap_orphans() -> list[int]:
     return reaped
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the SDK's dynamic provider, guarded; ``argv`` (default: ours) is the engine's."""
+    if argv is not None:
+        sys.argv[1:] = list(argv)
     exit_with_parent()
     # The SDK's provider builds its server with grpc.server; this process exists to run it,
     # so its server is built with the guard.
@@ -102,4 +106,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,7 +8,8 @@ themselves: until the first beat it allows ``FIRST_CONTACT_GRACE`` seconds or th
 whichever is longer, the time the client has to reach the node and start beating.
 
 This module is referenced by pickled providers in existing stacks: do not move or rename
-``LocalNodeProvider``.
+``LocalNodeProvider`` (it moved once, from infra/local_node.py: the provider host aliases that
+path, ``infra/engine/provider_host.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import shlex
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,6 +38,7 @@ from pulumi.dynamic import (
 )
 
 from skyward_iac.infra.identity.keys import generate_keypair
+from skyward_iac.node import command as node_command
 from skyward_iac.processes import (
     SANDBOX_ENV,
     create_sandbox_cgroup,
@@ -245,10 +246,9 @@ def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None) ->
     heartbeat.touch()
     with open(sandbox / "log" / "watchdog.log", "ab") as log:
         watchdog = subprocess.Popen(
-            [sys.executable, "-m", "skyward_iac.node.watchdog", "--heartbeat", str(heartbeat),
-             "--ttl", str(ttl), "--sandbox", str(sandbox),
-             "--first-contact", str(FIRST_CONTACT_GRACE),
-             *(["--max-lifetime", str(max_lifetime)] if max_lifetime else [])],
+            node_command("watchdog", "--heartbeat", str(heartbeat), "--ttl", str(ttl),
+                         "--sandbox", str(sandbox), "--first-contact", str(FIRST_CONTACT_GRACE),
+                         *(["--max-lifetime", str(max_lifetime)] if max_lifetime else [])),
             cwd=sandbox, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
