@@ -178,8 +178,10 @@ class Reconciler:
             alternatives(request) + spec_alternatives(request, self._usable_fallbacks()))
         limit = self.plan.options.max_provision_attempts or DEFAULT_PLACES
 
-        def up(attempted: ClusterRequest) -> tuple[ClusterOutputs, ClusterRequest]:
-            return up_with_spot_fallback(self.stack, attempted, translator, **up_options)
+        def up(attempted: ClusterRequest, zone_next: bool) -> tuple[ClusterOutputs,
+                                                                    ClusterRequest]:
+            return up_with_spot_fallback(self.stack, attempted, translator,
+                                         defer_zonal=zone_next, **up_options)
 
         def move(moved: ClusterRequest, place: Alternative, attempt: int, reason: str) -> None:
             log.warning("stack %s: no capacity (%s); trying %s (%s), place %d of at most %d",

@@ -25,6 +25,7 @@ import pytest
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 import skyward_iac as sky
+from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.testing import run_program
@@ -66,7 +67,7 @@ def test_one_spot_node_in_the_default_vpc(server: S3Server) -> None:
     mocks, aws = replay(server, "replay-spot", spec, 1)
     (node,) = instances(aws, mocks)
     assert node["State"]["Name"] == "running" and node["InstanceLifecycle"] == "spot"
-    # Connected: the default VPC's subnet of the zone the offerings named, the stack's group
+    # Connected: the default VPC's subnet of the zone the catalog named, the stack's group
     # and key pair.
     zone = node["Placement"]["AvailabilityZone"]
     (subnet,) = aws["ec2"].describe_subnets(SubnetIds=[node["SubnetId"]])["Subnets"]
@@ -125,6 +126,32 @@ def test_a_multi_node_efa_pool_in_its_own_vpc(server: S3Server) -> None:
     (stored,) = ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]
     assert any(pair["GroupId"] == group
                for p in stored["IpPermissionsEgress"] for pair in p["UserIdGroupPairs"])
+
+
+def test_a_cpu_pool_runs_its_nodes_in_their_own_zones(server: S3Server) -> None:
+    """No placement group: a subnet in every zone the pool may use (moto refuses overlapping
+    or out-of-VPC blocks), each node in its zone's subnet; in the default VPC, each zone's
+    default subnet."""
+    spec = aws_tests.aws_spec(None, vcpus=4, ssh_cidr=CIDR, use_default_vpc=False,
+                              allocation="on-demand")
+    zones = offers.select([spec]).offer.zones
+    mocks, aws = replay(server, "replay-zones", spec, 3, node_zones={2: zones[2]})
+    vpc = mocks.created["vpc"]["id"]
+    subnets = aws["ec2"].describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])[
+        "Subnets"]
+    assert sorted(s["AvailabilityZone"] for s in subnets) == sorted(zones)
+    assert [n["Placement"]["AvailabilityZone"] for n in instances(aws, mocks)] == [
+        zones[0], zones[0], zones[2]]
+    by_zone = {s["AvailabilityZone"]: s["SubnetId"] for s in subnets}
+    assert [n["SubnetId"] for n in instances(aws, mocks)] == [
+        by_zone[zones[0]], by_zone[zones[0]], by_zone[zones[2]]]
+    default = aws_tests.aws_spec(None, vcpus=4, ssh_cidr=CIDR, allocation="on-demand")
+    mocks, aws = replay(server, "replay-default-zones", default, 2, node_zones={1: zones[1]})
+    placed = instances(aws, mocks)
+    assert [n["Placement"]["AvailabilityZone"] for n in placed] == [zones[0], zones[1]]
+    for node in placed:
+        (subnet,) = aws["ec2"].describe_subnets(SubnetIds=[node["SubnetId"]])["Subnets"]
+        assert subnet["DefaultForAz"]
 
 
 def test_a_gpu_node_with_a_bucket_volume_can_read_only_its_volume(server: S3Server) -> None:

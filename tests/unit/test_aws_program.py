@@ -172,21 +172,23 @@ def test_a_request_no_offer_serves_fails_in_program_for() -> None:
 # -- network, region, tags ---------------------------------------------------------------------
 
 
-def test_default_vpc_uses_the_first_zone_offering_the_type() -> None:
+def test_default_vpc_uses_the_first_zone_the_catalog_lists() -> None:
     mocks, _ = run(aws_spec())
     (subnet_args,) = [a for t, a in mocks.calls if t == "aws:ec2/getSubnet:getSubnet"]
-    assert subnet_args == {"vpcId": "vpc-default", "availabilityZone": "us-east-1b",
+    assert subnet_args == {"vpcId": "vpc-default", "availabilityZone": "us-east-1a",
                            "defaultForAz": True}
     assert mocks.of_type(INSTANCE)[0].inputs["subnetId"] == "subnet-default"
     assert not mocks.of_type("aws:ec2/vpc:Vpc")
+    # The catalog row's zones decide: the cloud's live offerings are not asked.
+    assert "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings" not in dict(mocks.calls)
 
 
 def test_own_vpc_has_a_public_subnet_and_route() -> None:
     mocks, _ = run(aws_spec(use_default_vpc=False))
     assert not [t for t, _ in mocks.calls if t == "aws:ec2/getVpc:getVpc"]
-    (subnet,) = mocks.of_type("aws:ec2/subnet:Subnet")
+    subnet = mocks.named("subnet")  # the pool's zone (subnets of the others: test_aws_zones)
     assert subnet.inputs["mapPublicIpOnLaunch"] is True
-    assert subnet.inputs["availabilityZone"] == "us-east-1b"
+    assert subnet.inputs["availabilityZone"] == "us-east-1a"
     (routes,) = mocks.of_type("aws:ec2/routeTable:RouteTable")
     assert routes.inputs["routes"][0]["cidrBlock"] == "0.0.0.0/0"
     assert mocks.of_type(INSTANCE)[0].inputs["subnetId"] == "subnet-id"
@@ -224,7 +226,7 @@ def test_every_resource_is_tagged_with_stack_owner_and_expiry() -> None:
 
 def _open_ports(rule: Any) -> range:
     if rule.inputs["ipProtocol"] == "-1":
-        return range(0, 65536)
+        return range(65536)
     return range(int(rule.inputs["fromPort"]), int(rule.inputs["toPort"]) + 1)
 
 

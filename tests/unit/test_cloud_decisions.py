@@ -116,9 +116,10 @@ def test_a_first_run_records_everything_a_later_run_needs() -> None:
     stored = first_run(request())
     assert set(stored) == set(pins.DECIDED)
     assert stored[pins.IMAGE] == AWS_INVOKES["aws:ec2/getAmi:getAmi"]["id"]
-    assert stored[pins.ZONE] == "us-east-1b"  # the first zone the offerings name
-    assert json.loads(stored[pins.NODES]) == {"0": {"image": stored[pins.IMAGE]},
-                                              "1": {"image": stored[pins.IMAGE]}}
+    assert stored[pins.ZONE] == "us-east-1b"  # the first zone the catalog row (p4de) lists
+    assert json.loads(stored[pins.NODES]) == {
+        "0": {"image": stored[pins.IMAGE], "zone": "us-east-1b"},
+        "1": {"image": stored[pins.IMAGE], "zone": "us-east-1b"}}
 
 
 def test_a_later_run_declares_the_stored_values_without_asking() -> None:

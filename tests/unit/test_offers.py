@@ -140,7 +140,7 @@ def test_max_hourly_cost_on_the_real_catalog() -> None:
 
 @pytest.mark.parametrize(("fields", "constraint", "hint"), [
     ({"accelerator": A.MI300X()}, "accelerator MI300X", "accelerators in the catalog:"),
-    ({"accelerator": A.V100(memory="32GB")}, "accelerator memory 32GB", "memory sizes offered"),
+    ({"accelerator": A.H100(memory="94GB")}, "accelerator memory 94GB", "memory sizes offered"),
     ({"accelerator": A.A10G(count=16)}, "at least 16 accelerator(s)", "counts per node offered"),
     ({"accelerator": A.T4(), "region": "ap-south-1"}, "region ap-south-1", "us-east-1"),
     ({"accelerator": A.A10G(), "architecture": "arm64"}, "architecture arm64", "x86_64"),

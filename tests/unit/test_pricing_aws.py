@@ -60,16 +60,32 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ec2_endpoint: str,
     return price_list[0]
 
 
+#: A row EC2 offers nowhere any more (P3 left the shipped catalog for that reason).
+RETIRED = {"instance_type": "p3.2xlarge", "vcpus": 8, "memory_gb": 61, "architecture": "x86_64",
+           "accelerator": {"name": "V100", "count": 1, "memory_gb": 16},
+           "regions": {"us-east-1": {"on_demand": 3.06, "spot": 1.0098,
+                                     "zones": ["us-east-1a"]}}}
+
+
 def shipped(*types: str) -> dict[str, object]:
     data = offers.packaged_data("aws")
-    return {**data, "instances": [r for r in data["instances"] if r["instance_type"] in types]}
+    rows = [r for r in [*data["instances"], RETIRED] if r["instance_type"] in types]
+    return {**data, "instances": rows}
+
+
+def moto_zones(region: str, instance_type: str) -> list[str]:
+    """The zones moto's EC2 offers ``instance_type`` in (the shipped catalog lists the same)."""
+    row = next(o for o in offers.packaged_catalog("aws").offers
+               if o.instance_type == instance_type and o.region == region)
+    return list(row.zones)
 
 
 def test_refresh_prices_facts_and_spot_from_the_apis(aws_env: PriceListApi) -> None:
     result = refresh_aws(shipped("t3.medium", "g5.xlarge", "m7g.xlarge", "p3.2xlarge"),
                          ["us-east-1"])
     rows = {r["instance_type"]: r for r in result.data["instances"]}
-    assert rows["t3.medium"]["regions"] == {"us-east-1": {"on_demand": 0.0418, "spot": MOTO_SPOT}}
+    assert rows["t3.medium"]["regions"] == {"us-east-1": {
+        "on_demand": 0.0418, "spot": MOTO_SPOT, "zones": moto_zones("us-east-1", "t3.medium")}}
     assert rows["g5.xlarge"]["regions"]["us-east-1"]["on_demand"] == 1.006  # not the Windows one
     g5 = rows["g5.xlarge"]
     assert (g5["vcpus"], g5["memory_gb"], g5["architecture"]) == (4, 16, "x86_64")
@@ -89,7 +105,7 @@ def test_refresh_prices_facts_and_spot_from_the_apis(aws_env: PriceListApi) -> N
 def test_a_region_without_a_list_price_keeps_its_spot_price(aws_env: PriceListApi) -> None:
     result = refresh_aws(shipped("m7i.large"), ["us-east-1"])
     assert result.data["instances"][0]["regions"]["us-east-1"] == {
-        "on_demand": None, "spot": MOTO_SPOT}
+        "on_demand": None, "spot": MOTO_SPOT, "zones": moto_zones("us-east-1", "m7i.large")}
 
 
 def test_cli_refresh_writes_the_catalog_that_offers_then_uses(
@@ -98,9 +114,12 @@ def test_cli_refresh_writes_the_catalog_that_offers_then_uses(
     assert main(["offers", "refresh", "--provider", "aws", "--region", "us-east-1"]) == 0
     written = offers.refreshed_path("aws")
     printed = capsys.readouterr().out
-    assert str(written) in printed and "without a live price" in printed
+    assert str(written) in printed
     data = json.loads(written.read_text())
     assert {region for row in data["instances"] for region in row["regions"]} == {"us-east-1"}
+    # The zones are EC2's, read live (here moto's, which the shipped rows list too).
+    assert all(entry["zones"] == moto_zones("us-east-1", row["instance_type"])
+               for row in data["instances"] for entry in row["regions"].values())
 
     catalog = offers.current_catalog("aws")
     assert catalog.refreshed and catalog.origin == str(written)

@@ -22,7 +22,8 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.capacity.failover import alternatives
-from skyward_iac.infra.capacity.spot_fallback import on_demand_retry
+from skyward_iac.infra.capacity.spot_fallback import node_retry
+from skyward_iac.infra.capacity.zones import nodes_move_alone
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.gcp import gcp_program
@@ -34,7 +35,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 STACK = "oracle-pool"
 CREATED = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
 ADOPTED = datetime(2026, 11, 24, 9, 30, tzinfo=UTC)
-OFFERINGS = "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"
+#: The cloud refuses a node in its zone (AWS's words; the classification is the same on GCP).
+NO_CAPACITY = ("api error InsufficientInstanceCapacity: We currently do not have sufficient "
+               "capacity in the Availability Zone you requested")
 #: Inputs a preview cannot know (outputs of the stack's own keys, created by the apply).
 UNKNOWN_AT_PREVIEW = {"userData", "metadata", "publicKey"}
 _NODE = re.compile(r"^node-(\d+)(?:-|$)")
@@ -76,13 +79,16 @@ def _gcp(request: ClusterRequest) -> Callable[[], None]:
 
 
 SPOT = "spot-if-available"
-#: AWS: an EFA type (launch template, placement group) in the default VPC, and a GPU type
-#: without EFA (placement group, plain interface) in a VPC of the pool's own. GCP: a G2 type
+#: AWS: an EFA type (launch template, placement group) in the default VPC, a GPU type without
+#: EFA (placement group, plain interface) in a VPC of the pool's own, and a CPU type in a VPC of
+#: its own (no placement group: a subnet per zone, each node in its own zone). GCP: a G2 type
 #: (compact placement, Canonical's accelerator image) and a CPU type (Ubuntu LTS image).
 CLOUDS = {
     "aws-efa": Cloud("aws", aws_tests.aws_spec(sky.accelerators.A100(count=8), allocation=SPOT),
                      _aws),
     "aws-vpc": Cloud("aws", aws_tests.aws_spec(sky.accelerators.A10G(), allocation=SPOT,
+                                               use_default_vpc=False), _aws),
+    "aws-cpu": Cloud("aws", aws_tests.aws_spec(None, allocation=SPOT, vcpus=4,
                                                use_default_vpc=False), _aws),
     "gcp-gpu": Cloud("gcp", gcp_tests.gcp_spec(sky.accelerators.L4(), allocation=SPOT), _gcp),
     "gcp-cpu": Cloud("gcp", gcp_tests.gcp_spec(None, allocation=SPOT, vcpus=8), _gcp),
@@ -146,10 +152,20 @@ def elastic(start: int, then: int) -> Callable[[Cloud], None]:
 
 
 def spot_fallback(cloud: Cloud) -> None:
+    """Node 1 is refused; the node fallback moves it (to a sibling zone where nodes move alone,
+    else on demand) while node 0 runs; then the pool grows."""
     stack, request = cloud.stack(), cloud.request(2)
     assert not step(stack, request, refused=[1]).succeeded
-    retry = on_demand_retry(request, {1: "InsufficientInstanceCapacity: no spot capacity"})
-    assert retry is not None and retry.on_demand_nodes == {1}
+    retry = node_retry(request, {1: NO_CAPACITY})
+    assert retry is not None
+    if nodes_move_alone(request):
+        assert retry.node_zones.keys() == {1} and not retry.on_demand_nodes
+        assert not step(stack, retry, refused=[1]).succeeded  # refused there too
+        retry = node_retry(retry, {1: NO_CAPACITY}, {1: {(z, "spot") for z in
+                                                        retry.node_zones.values()}})
+        assert retry is not None and len(set(retry.node_zones.values())) == 1
+    else:
+        assert retry.on_demand_nodes == {1}
     step(stack, retry)
     step(stack, replace(retry, node_count=3))
 
@@ -170,16 +186,28 @@ def _after_move(cloud: Cloud, stack: ModelStack, moved: ClusterRequest) -> None:
 
 
 def zone_failover(cloud: Cloud) -> None:
+    """A zone refuses the pool: a pool whose nodes move only together moves to the next zone
+    (capacity failover, nothing of it runs yet); otherwise the refused node moves alone."""
     stack, request = cloud.stack(), cloud.request(2)
-    if cloud.name == "aws":
-        # No AWS catalog row lists zones: the zone a pool runs in is the one the cloud's
-        # offerings named first; a later change of the offerings must not move it.
-        step(stack, request)
-        stack.invokes[OFFERINGS] = {"locations": ["us-east-1c", "us-east-1d"]}
-        step(stack, replace(request, node_count=3))
+    if nodes_move_alone(request):
+        assert not step(stack, request, refused=[0]).succeeded
+        retry = node_retry(request, {0: NO_CAPACITY})
+        assert retry is not None and retry.node_zones.keys() == {0}
+        _after_move(cloud, stack, retry)
         return
     assert not step(stack, request, refused=[0, 1]).succeeded
     _after_move(cloud, stack, _moved(request, lambda r: r.zone is not None))
+
+
+def offerings_change(cloud: Cloud) -> None:
+    """The catalog's zones change under a running pool (the pool's zone is no longer listed):
+    a resize and a warm adopter's update keep every node where it runs."""
+    stack, request = cloud.stack(), cloud.request(2, max_nodes=4)
+    step(stack, request)
+    assert request.offer is not None and len(request.offer.zones) > 1
+    moved = replace(request.offer, zones=request.offer.zones[1:][::-1])
+    step(stack, replace(request, node_count=3, offer=moved))
+    step(stack, replace(cloud.adopter(3), offer=moved))
 
 
 def region_failover(cloud: Cloud) -> None:
@@ -236,6 +264,7 @@ TRANSITIONS: dict[str, Callable[[Cloud], None]] = {
     "elastic shrink 3->1": elastic(3, 1),
     "spot fallback": spot_fallback,
     "zone failover": zone_failover,
+    "offerings change": offerings_change,
     "region failover": region_failover,
     "warm adoption": warm_adoption,
     "newer image": newer_image,

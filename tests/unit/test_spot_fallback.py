@@ -14,10 +14,10 @@ from skyward_iac.api.errors import ProvisionError
 from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.capacity.spot_fallback import (
     NodeFailures,
-    on_demand_retry,
-    spot_capacity_refused,
+    node_retry,
     up_with_spot_fallback,
 )
+from skyward_iac.infra.capacity.zones import nodes_move_alone
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.gcp import gcp_program
@@ -26,8 +26,11 @@ from skyward_iac.infra.programs.testing import ProgramMocks, run_program
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CALLER = "198.51.100.7/32"
 AWS_CAPACITY = ("creating EC2 Instance: operation error EC2: RunInstances, https response error "
-                "StatusCode: 500, api error InsufficientInstanceCapacity: There is no Spot "
-                "capacity available that matches your request.")
+                "StatusCode: 500, api error InsufficientInstanceCapacity: We currently do not "
+                "have sufficient capacity in the Availability Zone you requested (us-east-1a).")
+AWS_PRICE = "api error SpotMaxPriceTooLow: Your Spot request price of 0.1 is lower than 0.2"
+AWS_UNOFFERED = ("api error Unsupported: Your requested instance type (m7i.xlarge) is not "
+                 "supported in your requested Availability Zone (us-east-1a).")
 AWS_SPOT_LIMIT = ("api error MaxSpotInstanceCountExceeded: Max spot instance count exceeded")
 GCP_CAPACITY = ("Error waiting for instance to create: The zone 'projects/p/zones/us-central1-a' "
                 "does not have enough resources available to fulfill the request. "
@@ -43,36 +46,88 @@ def request(allocation: str = "spot-if-available", provider: Any = None, nodes: 
                           **fields)
 
 
-@pytest.mark.parametrize("text", [AWS_CAPACITY, AWS_SPOT_LIMIT, GCP_CAPACITY])
-def test_capacity_errors_are_recognised(text: str) -> None:
-    assert spot_capacity_refused(text)
-
-
-@pytest.mark.parametrize("text", [QUOTA, "api error SpotMaxPriceTooLow", "InvalidAMIID.NotFound"])
-def test_other_errors_are_not_capacity(text: str) -> None:
-    assert not spot_capacity_refused(text)
-
-
 @pytest.mark.parametrize("allocation", ["spot-if-available", "cheapest"])
 def test_refused_nodes_move_on_demand(allocation: str) -> None:
-    retry = on_demand_retry(request(allocation), {1: AWS_CAPACITY, 2: QUOTA})
-    assert retry is not None and retry.on_demand_nodes == {1}  # node 2 failed for another reason
-    again = on_demand_retry(retry, {0: GCP_CAPACITY})
+    """A GPU pool of several nodes has a placement group: its nodes move only together."""
+    retry = node_retry(request(allocation), {1: AWS_CAPACITY, 2: QUOTA})
+    assert retry is not None and retry.on_demand_nodes == {1}  # node 2: a region's quota
+    assert retry.node_zones == {}
+    again = node_retry(retry, {0: GCP_CAPACITY})
     assert again is not None and again.on_demand_nodes == {0, 1}
 
 
 @pytest.mark.parametrize(("allocation", "failures", "forced"), [
     ("spot", {0: AWS_CAPACITY}, None),  # "spot" means spot or nothing
     ("on-demand", {0: AWS_CAPACITY}, None),  # not on spot to begin with
-    ("spot-if-available", {0: QUOTA}, None),  # not a capacity error
+    ("spot-if-available", {0: QUOTA}, None),  # the region's on-demand quota: failover's
     ("spot-if-available", {0: AWS_CAPACITY}, "on-demand"),  # already forced on demand
+    ("spot-if-available", {0: AWS_UNOFFERED}, None),  # no market offers it in that zone
 ])
 def test_no_fallback(allocation: str, failures: dict[int, str], forced: str | None) -> None:
-    assert on_demand_retry(request(allocation, market=forced), failures) is None
+    assert node_retry(request(allocation, market=forced), failures) is None
 
 
 def test_a_node_already_on_demand_is_not_retried_again() -> None:
-    assert on_demand_retry(request(on_demand_nodes=frozenset({0})), {0: AWS_CAPACITY}) is None
+    assert node_retry(request(on_demand_nodes=frozenset({0})), {0: AWS_CAPACITY}) is None
+
+
+def test_the_regional_spot_limit_and_a_spot_price_go_on_demand() -> None:
+    retry = node_retry(request(), {0: AWS_SPOT_LIMIT, 1: AWS_PRICE})
+    assert retry is not None and retry.on_demand_nodes == {0, 1}
+
+
+def test_a_new_placement_pool_leaves_a_zone_refusal_to_failover_when_a_zone_is_next() -> None:
+    """The whole pool tries the sibling zone (failover) before any node goes on demand."""
+    assert node_retry(request(), {1: AWS_CAPACITY}, defer_zonal=True) is None
+    # A regional refusal of spot is not a zone's: on demand, here.
+    retry = node_retry(request(), {1: AWS_SPOT_LIMIT}, defer_zonal=True)
+    assert retry is not None and retry.on_demand_nodes == {1}
+
+
+def cpu_request(allocation: str = "spot-if-available", **fields: Any) -> ClusterRequest:
+    """A CPU pool: no placement group, so each node may run in its own zone."""
+    spec = sky.Spec(provider=sky.AWS(ssh_cidr=CALLER), vcpus=4, allocation=allocation)
+    return ClusterRequest("fallback-test", spec, 3, offer=offers.select([spec]).offer,
+                          **fields)
+
+
+def test_a_node_that_moves_alone_tries_every_sibling_zone_before_on_demand() -> None:
+    first = cpu_request()
+    assert first.offer is not None and nodes_move_alone(first)
+    zones = first.offer.zones
+    attempts: dict[int, set[Any]] = {}
+    current, seen = first, []
+    for _ in range(2 * len(zones)):
+        zone = current.node_zones.get(1, zones[0])
+        market = "on-demand" if 1 in current.on_demand_nodes else "spot"
+        seen.append((zone, market))
+        attempts.setdefault(1, set()).add((zone, market))
+        retry = node_retry(current, {1: AWS_CAPACITY.replace("us-east-1a", zone)}, attempts)
+        if retry is None:
+            break
+        assert retry.node_zones.keys() <= {1} and not retry.on_demand_nodes - {1}
+        current = retry
+    assert seen[:len(zones)] == [(zone, "spot") for zone in zones]
+    # On demand where spot was last refused, then through the other zones again.
+    assert seen[len(zones)] == (zones[-1], "on-demand")
+    assert {zone for zone, market in seen if market == "on-demand"} == set(zones)
+    assert len(seen) == 2 * len(zones) and len(set(seen)) == len(seen)
+
+
+def test_an_on_demand_node_that_moves_alone_tries_the_sibling_zones() -> None:
+    first = cpu_request("on-demand")
+    assert first.offer is not None
+    retry = node_retry(first, {2: AWS_CAPACITY})
+    assert retry is not None and retry.node_zones == {2: first.offer.zones[1]}
+    assert retry.on_demand_nodes == frozenset()
+
+
+def test_a_zone_not_offering_the_type_moves_the_node_but_never_on_demand() -> None:
+    first = cpu_request()
+    assert first.offer is not None
+    retry = node_retry(first, {0: AWS_UNOFFERED})
+    assert retry is not None and retry.node_zones == {0: first.offer.zones[1]}
+    assert retry.on_demand_nodes == frozenset()
 
 
 def test_aws_program_declares_refused_nodes_on_demand() -> None:
@@ -137,7 +192,7 @@ def test_up_retries_until_every_refused_node_is_on_demand(
     assert [r.on_demand_nodes for r in stack.requests] == [{2}, {0, 2}]
     assert final.on_demand_nodes == {0, 2}
     assert len(seen) == 2, "events still reach the caller's on_event"
-    assert "no spot capacity for node(s) 2" in caplog.text
+    assert "the cloud refused node(s) 2" in caplog.text and "node 2 -> on demand" in caplog.text
 
 
 def test_up_raises_when_the_failure_is_not_capacity() -> None:
@@ -167,3 +222,15 @@ def test_a_replacement_falls_back_too_with_its_own_up_options() -> None:
     _, final = up_with_spot_fallback(stack, request(), **options)  # type: ignore[arg-type]
     assert final.on_demand_nodes == {1}
     assert stack.up_options == [options, options]
+
+
+def test_up_moves_a_node_through_the_zones_then_on_demand() -> None:
+    """The loop remembers where each node was refused: a CPU pool's node 1, refused in every
+    zone on spot, then runs on demand."""
+    first = cpu_request()
+    assert first.offer is not None
+    zones = first.offer.zones
+    stack = RefusingStack([{1: AWS_CAPACITY.replace("us-east-1a", zone)} for zone in zones])
+    _, final = up_with_spot_fallback(stack, first)  # type: ignore[arg-type]
+    assert [r.node_zones.get(1) for r in stack.requests] == [*zones[1:], zones[-1]]
+    assert final.on_demand_nodes == {1} and final.node_zones == {1: zones[-1]}

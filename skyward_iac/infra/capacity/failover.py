@@ -1,13 +1,18 @@
-"""Capacity failover: where a new pool goes when the cloud has no capacity where it asked.
+"""Capacity failover: where a new pool goes when the cloud refuses it where it asked.
 
-When the first ``up`` of a pool fails because the cloud refused capacity for its nodes (after
-the spot -> on-demand fallback of ``spot_fallback.py``), the pool tries, in order: the next zone
-of the region offering the type (GCP; AWS picks its zone from the live offerings), then the next
-region offering the same instance type (cheapest listed price first), then the next Spec of a
-multi-spec ``Compute`` (in the order ``Options.selection`` ranks them), each as one more stack
-update with a ``sky.ProvisionRetried`` event saying why. Only a pool none of whose nodes exists
-moves: moving a stack with running nodes would replace them. The order is a pure function of
-the request and the catalog; ``lifecycle``/``reconciler`` run it, bounded by
+When the first ``up`` of a pool fails because the cloud refused its nodes and the node fallback
+(``spot_fallback.py``: sibling zones for nodes that move alone, then on demand) found nowhere
+else for them, the pool tries, in order: the next zone of the region offering the type (pools
+whose nodes move only together: a placement group, any GCP pool), then the next region offering
+the same instance type (cheapest listed price first), then the next Spec of a multi-spec
+``Compute`` (in the order ``Options.selection`` ranks them), each as one more stack update with
+a ``sky.ProvisionRetried`` event saying why. The refusal's scope (``refusals.py``) spends the
+attempts: a zone's refusal tries the next place, a region's skips the other zones of that
+region, a refusal of every region (a global quota such as GCP's ``GPUS_ALL_REGIONS``) skips
+every place on that cloud; when nothing that could help is left, the error names the refusal
+and, for a quota, how to raise it. Only a pool none of whose nodes exists moves: moving a stack
+with running nodes would replace them. The order is a pure function of the request and the
+catalog; ``lifecycle``/``reconciler`` run it, bounded by
 ``Options(max_provision_attempts, provision_retry_delay, provision_timeout)``.
 """
 
@@ -19,23 +24,9 @@ from typing import TypeVar
 
 from skyward_iac.api.errors import ProvisionError
 from skyward_iac.infra.capacity.offers import Catalog, Choice, Offer, current_catalog
+from skyward_iac.infra.capacity.refusals import Refusal, Scope, refusal_in
+from skyward_iac.infra.capacity.zones import nodes_move_alone
 from skyward_iac.infra.programs import ClusterRequest
-
-#: Error texts meaning "no capacity (or quota) for this request here", on either market.
-CAPACITY_ERRORS = (
-    "InsufficientInstanceCapacity",  # AWS, spot or on demand
-    "InstanceLimitExceeded", "VcpuLimitExceeded",  # AWS quotas
-    "Unsupported: Your requested instance type",  # AWS: the type is not offered in that zone
-    "ZONE_RESOURCE_POOL_EXHAUSTED",  # GCP (also ..._WITH_DETAILS)
-    "does not have enough resources available to fulfill the request",
-    "QUOTA_EXCEEDED", "Quota '",  # GCP quotas (GPUS_ALL_REGIONS, NVIDIA_*_GPUS, CPUS ...)
-)
-
-
-def capacity_refused(message: str) -> bool:
-    """Whether an engine error says the cloud has no capacity or quota for the request."""
-    lowered = message.lower()
-    return any(marker.lower() in lowered for marker in CAPACITY_ERRORS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,15 +45,17 @@ class Alternative:
 
 def alternatives(request: ClusterRequest, catalog: Catalog | None = None) -> list[Alternative]:
     """Where ``request`` may go next, in order: the other zones of its region that offer the
-    type, then the same instance type in the other regions that list a price for the market
-    in force (cheapest first, then by name). Empty for a request without an offer (Local)."""
+    type (unless its nodes move alone: the node fallback tries those zones node by node), then
+    the same instance type in the other regions that list a price for the market in force
+    (cheapest first, then by name). Empty for a request without an offer (Local)."""
     offer = request.offer
     if offer is None or offer.provider == "local":
         return []
     found: list[Alternative] = []
     provider = request.spec.provider
     current_zone = request.zone or (offer.zones[0] if offer.zones else None)
-    if not getattr(provider, "zone", None):  # a zone the user pinned stays
+    # A zone the user pinned stays.
+    if not getattr(provider, "zone", None) and not nodes_move_alone(request):
         found += [Alternative(replace(request, zone=zone), f"next zone of {offer.region}")
                   for zone in offer.zones if zone != current_zone]
     if request.spec.region or getattr(provider, "region", None):
@@ -74,7 +67,7 @@ def alternatives(request: ClusterRequest, catalog: Catalog | None = None) -> lis
         key=lambda o: (_listed_price(o, request), o.region),
     )
     for other in regions:
-        found.append(Alternative(replace(request, offer=other, zone=None),
+        found.append(Alternative(replace(request, offer=other, zone=None, node_zones={}),
                                  f"next region offering {offer.instance_type}"))
     return found
 
@@ -83,37 +76,81 @@ def spec_alternatives(request: ClusterRequest, fallbacks: Sequence[Choice]) -> l
     """The other Specs of a multi-spec ``Compute``, each at its best offer, as places to try
     after ``request``'s own zones and regions (the same stack, now declaring that Spec)."""
     return [Alternative(replace(request, spec=choice.spec, offer=choice.offer, zone=None,
-                                market=None, on_demand_nodes=frozenset()),
+                                market=None, on_demand_nodes=frozenset(), node_zones={}),
                         f"next Spec ({choice.spec.provider.kind} {choice.offer.instance_type})")
             for choice in fallbacks]
+
+
+def can_help(place: Alternative, refused: ClusterRequest, refusal: Refusal) -> bool:
+    """Whether ``place`` lies beyond what ``refusal`` (of ``refused``) reaches: any place for a
+    zone's refusal, another region or cloud for a region's, another cloud for a global one."""
+    here, there = refused.offer, place.request.offer
+    if refusal.scope is Scope.ZONE or here is None or there is None:
+        return True
+    if there.provider != here.provider:
+        return True
+    return refusal.scope is Scope.REGION and there.region != here.region
+
+
+def refused_error(refusal: Refusal, cause: ProvisionError, tried: int,
+                  limited: bool = False, offer: Offer | None = None) -> ProvisionError:
+    """The error for the refusal that ended failover: what the cloud said, how far it reaches,
+    why no other place was tried and, for a quota, how to raise it (the engine's own message
+    follows)."""
+    lead = f"{refusal.provider.upper()} refused the pool: {refusal.describe()}"
+    if limited:
+        why = (f"{tried} place(s) tried, the most Options(max_provision_attempts) allows")
+    elif refusal.scope is Scope.GLOBAL:
+        why = "that quota counts every region, so no other region or zone can help"
+    elif refusal.scope is Scope.REGION:
+        why = "no other region or Spec is left to try (the refusal covers every zone here)"
+    else:
+        why = "no other zone, region or Spec is left to try"
+    advice = refusal.how_to_raise(offer.instance_type if offer else None,
+                                  offer.region if offer else None)
+    return ProvisionError(f"{lead}; {why}{f'. To {advice}' if advice else ''}\n{cause}")
 
 
 T = TypeVar("T")
 
 
-def up_with_failover(up: Callable[[ClusterRequest], T], request: ClusterRequest,
+def up_with_failover(up: Callable[[ClusterRequest, bool], T], request: ClusterRequest,
                      places: list[Alternative], limit: int,
                      on_move: Callable[[ClusterRequest, Alternative, int, str], None],
                      ) -> tuple[T, ClusterRequest]:
-    """``up(request)``; while it fails with capacity refused, ``on_move(next request, where,
-    attempt, reason)`` and ``up`` there, trying at most ``limit`` places in all. Returns what
-    the last ``up`` returned and the request it ran."""
+    """``up(request, zone_next)``; while it fails with a refusal some place left may not share,
+    ``on_move(next request, where, attempt, reason)`` and ``up`` there, trying at most
+    ``limit`` places in all. ``zone_next`` tells ``up`` that a sibling zone is tried next (the
+    node fallback leaves a zone's refusal to it). Returns what the last ``up`` returned and the
+    request it ran."""
     attempt, remaining = 1, list(places)
     while True:
+        zone_next = (attempt < limit and bool(remaining)
+                     and _same_region(remaining[0].request, request))
         try:
-            return up(request), request
+            return up(request, zone_next), request
         except ProvisionError as exc:
-            if not remaining or attempt >= limit or not capacity_refused(str(exc)):
+            refusal = refusal_in(str(exc))
+            if refusal is None:
                 raise
-            reason = next((line.strip() for line in str(exc).splitlines()
-                           if capacity_refused(line)), str(exc).strip())[:300]
+            remaining = [place for place in remaining if can_help(place, request, refusal)]
+            if not remaining or attempt >= limit:
+                raise refused_error(refusal, exc, attempt, bool(remaining),
+                                    request.offer) from exc
+            reason = f"{refusal.describe()}: {refusal.line}"[:300]
         attempt += 1
         place = remaining.pop(0)
-        # Nodes the spot fallback moved on demand stay so in the same Spec, not in another.
+        # Nodes the fallback moved on demand stay so in the same Spec, not in another.
         same_spec = place.request.spec is request.spec
         request = replace(place.request, node_count=request.node_count,
                           on_demand_nodes=request.on_demand_nodes if same_spec else frozenset())
         on_move(request, place, attempt, reason)
+
+
+def _same_region(place: ClusterRequest, request: ClusterRequest) -> bool:
+    return (place.offer is not None and request.offer is not None
+            and place.offer.provider == request.offer.provider
+            and place.offer.region == request.offer.region)
 
 
 def _priced(offer: Offer, request: ClusterRequest) -> bool:

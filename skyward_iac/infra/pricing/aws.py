@@ -18,7 +18,8 @@ from skyward_iac.infra.pricing.document import Prices, RefreshedCatalog, build, 
 PRICING_REGION = "us-east-1"
 SOURCE = ("live: AWS Price List API (get_products, Linux, shared tenancy, no pre-installed "
           "software) for on-demand, EC2 spot price history (lowest current price across the "
-          "region's zones) for spot, EC2 describe_instance_types for vCPUs, memory and GPUs")
+          "region's zones) for spot, EC2 describe_instance_types for vCPUs, memory and GPUs, "
+          "EC2 describe_instance_type_offerings (per availability zone) for the zones")
 _BATCH = 100  # describe_instance_types takes at most 100 names
 
 
@@ -77,19 +78,23 @@ class AwsPrices:
         self._session = session
         self._pricing = session.client("pricing", region_name=PRICING_REGION)
         self._spot: dict[str, dict[str, float]] = {}
-        self._offered: dict[str, set[str]] = {}
+        #: Region -> instance type -> the zones that offer it.
+        self._offered: dict[str, dict[str, list[str]]] = {}
         self.facts: dict[str, dict[str, Any]] = {}
 
     def load(self, instance_types: Sequence[str], regions: Iterable[str]) -> None:
-        """Fetch which types each region offers, their spot prices and their facts."""
+        """Fetch which zones of each region offer which types, their spot prices and facts."""
         for region in sorted(set(regions)):
             ec2 = self._session.client("ec2", region_name=region)
             offerings = ec2.get_paginator("describe_instance_type_offerings").paginate(
-                LocationType="region",
+                LocationType="availability-zone",
                 Filters=[{"Name": "instance-type", "Values": list(instance_types)}])
-            offered = {o["InstanceType"] for page in offerings
-                       for o in page["InstanceTypeOfferings"]}
-            self._offered[region] = offered
+            zones: dict[str, set[str]] = {}
+            for page in offerings:
+                for offering in page["InstanceTypeOfferings"]:
+                    zones.setdefault(offering["InstanceType"], set()).add(offering["Location"])
+            self._offered[region] = {kind: sorted(found) for kind, found in zones.items()}
+            offered = set(zones)
             if not offered:  # an empty InstanceTypes list would mean every type
                 continue
             history = ec2.get_paginator("describe_spot_price_history").paginate(
@@ -112,12 +117,14 @@ class AwsPrices:
         return min(prices) if prices else None
 
     def prices(self, row: dict[str, Any], region: str) -> Prices | None:
-        """A catalog region entry for ``row``; None when the region does not offer the type."""
+        """A catalog region entry for ``row`` (the zones that offer it, live); None when no
+        zone of the region offers the type."""
         instance_type = row["instance_type"]
-        if instance_type not in self._offered.get(region, set()):
+        zones = self._offered.get(region, {}).get(instance_type)
+        if not zones:
             return None
         return {"on_demand": self.on_demand(instance_type, region),
-                "spot": self._spot.get(region, {}).get(instance_type)}
+                "spot": self._spot.get(region, {}).get(instance_type), "zones": zones}
 
     def row_facts(self, row: dict[str, Any]) -> dict[str, Any]:
         """The live facts to write over a shipped row (GPU count into its accelerator)."""

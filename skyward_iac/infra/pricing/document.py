@@ -59,8 +59,9 @@ def build(shipped: dict[str, Any], regions: Sequence[str] | None, source: str,
         "unit": shipped.get("unit", "per instance per hour"),
         "source": source,
         "notes": "Written by `skyward-iac offers refresh` from the live pricing APIs; spot "
-                 "prices move hourly. Instance types, accelerator names and zones come from the "
-                 "shipped catalog.",
+                 "prices move hourly. Instance types and accelerator names come from the "
+                 "shipped catalog, and so do zones unless the refresh read them live (AWS: "
+                 "EC2's instance type offerings).",
         "instances": rows,
         "spot_estimated": False,  # live quotes
     }

@@ -53,6 +53,9 @@ class ClusterRequest:
     max_nodes: int | None = None
     #: The zone to use (capacity failover moved the pool there); None: the provider's choice.
     zone: str | None = None
+    #: Zones single nodes were moved to after the cloud refused them in theirs (AWS pools
+    #: without a placement group; see ``infra/capacity/spot_fallback.py``): node index -> zone.
+    node_zones: Mapping[int, str] = field(default_factory=dict)
     #: The user's tags (``Options.tags``), on every resource beside skyward's own.
     tags: Mapping[str, str] = field(default_factory=dict)
 

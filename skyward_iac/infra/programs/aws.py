@@ -7,8 +7,10 @@ tags. On-demand and spot nodes are the same ``ec2.Instance``; spot adds market o
 (one-time, terminate on interruption, max price = the spec's cost cap), so every node has the
 same outputs and is replaced the same way. Multi-node pools of EFA instance types attach
 through a launch template whose primary interface is an EFA (``aws_network.uses_efa``). The
-AMI (an id, looked up once) and the zone are decided by the stack's first run and declared
-again by every later one (``decisions.py``), as are the tags and lifetime in each node's inputs.
+AMI (an id, looked up once), the pool's zone and each node's zone (the pool's, or the sibling
+zone a capacity refusal moved it to: ``aws_network.py``) are decided by the run that creates
+them and declared again by every later one (``decisions.py``), as are the tags and lifetime in
+each node's inputs.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ import pulumi_aws as aws
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.volumes import Volume
 from skyward_iac.infra.capacity.offers import Offer
+from skyward_iac.infra.capacity.zones import usable_zones
 from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
 from skyward_iac.infra.programs.aws_network import (
     Network,
     cluster_network,
     efa_launch_template,
+    network_zones,
+    node_zones,
     uses_efa,
 )
 from skyward_iac.infra.programs.common import SELF, ClusterPlan, IngressRule
@@ -89,10 +94,12 @@ def market_options(plan: ClusterPlan,
 
 def aws_program(request: ClusterRequest,
                 ssh_cidr_lookup: Callable[[], str] | None = None) -> StackProgram:
-    """The program for ``request`` on AWS; the plan (offer, market, disk) is checked now."""
+    """The program for ``request`` on AWS; the plan (offer, market, disk, zones) is checked
+    now."""
     plan = common.plan_cluster(request)
     ami = ami_query(plan.offer)
     common.check_disk(plan, ami.min_disk_gb, ami.name)
+    usable_zones(plan.offer)  # a type no zone of the region offers fails before any stack
     provider_config = request.spec.provider
 
     def declare(stored: Mapping[str, str], record: Recorder) -> dict[str, Any]:
@@ -102,18 +109,21 @@ def aws_program(request: ClusterRequest,
                                         ssh_cidr_lookup)
         use_default_vpc = bool(getattr(provider_config, "use_default_vpc", True))
         exports = declare_cluster(decided.plan(request), decided, record, ssh_cidr,
-                                  use_default_vpc, stored.get(pins.AWS_ACCOUNT_ID))
+                                  use_default_vpc, stored.get(pins.AWS_ACCOUNT_ID),
+                                  request.node_zones)
         return {**exports, **volume_exports(request)}
 
     return StackProgram("aws", declare)
 
 
 def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, ssh_cidr: str,
-                    use_default_vpc: bool, account_id: str | None = None) -> dict[str, Any]:
+                    use_default_vpc: bool, account_id: str | None = None,
+                    moved: Mapping[int, str] | None = None) -> dict[str, Any]:
     """Declare every resource of the cluster and return the outputs to export.
 
     ``account_id``: the only account the provider may act in (stacks pin it at creation), so
-    credentials of another account fail instead of reading every resource as gone.
+    credentials of another account fail instead of reading every resource as gone. ``moved``:
+    nodes a capacity refusal moved to a sibling zone (``ClusterRequest.node_zones``).
     """
     tags = dict(plan.tags)
     provider = aws.Provider(
@@ -123,12 +133,16 @@ def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, ssh_c
     invoke = pulumi.InvokeOptions(provider=provider)
     credentials = StackCredentials("credentials", stack=plan.stack_name)
 
-    network = cluster_network(plan, use_default_vpc, opts, invoke, decided.zone)
-    record.record(pins.ZONE, network.availability_zone)
+    usable = usable_zones(plan.offer)
+    pool_zone = decided.zone or usable[0]
+    zones = node_zones(plan, pool_zone, {i: pin.zone for i, pin in decided.nodes.items()},
+                       moved or {})
+    network = cluster_network(plan, use_default_vpc, opts, invoke,
+                              network_zones(plan, use_default_vpc, pool_zone, usable, zones))
+    record.record(pins.ZONE, pool_zone)
     efa = uses_efa(plan)
     group = _security_group(plan, network, common.ingress_rules(ssh_cidr), opts, efa)
-    attach = _efa_attachment(plan, network, group, opts) if efa else _plain_attachment(
-        network, group)
+    efa_attach = _efa_attachment(plan, network, group, opts) if efa else None
     key = aws.ec2.KeyPair(
         "ssh-key", key_name_prefix=f"{plan.stack_name}-", public_key=credentials.ssh_public_key,
         tags=tags, opts=opts,
@@ -140,7 +154,7 @@ def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, ssh_c
     record.record(pins.IMAGE, image)
     images = {index: decided.nodes[index].image if index in decided.nodes else image
               for index in range(plan.node_count)}
-    record.nodes(images)
+    record.nodes(images, zones)
     profile = volume_instance_profile(plan, opts)
     nodes = []
     for index in range(plan.node_count):
@@ -169,7 +183,7 @@ def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, ssh_c
             # Nodes of stacks that predate the stored image were created with whatever AMI was
             # newest then: the one declared now must not replace them.
             opts=pulumi.ResourceOptions(provider=provider, ignore_changes=["ami"]),
-            **attach,
+            **(efa_attach or _plain_attachment(network.subnets[zones[index]], group)),
         )
         nodes.append(common.node_output(index, instance.private_ip, instance.public_ip,
                                         host_key.public_key))
@@ -187,9 +201,10 @@ def newest_ami(ami: AmiQuery, invoke: pulumi.InvokeOptions) -> pulumi.Output[str
     ).id
 
 
-def _plain_attachment(network: Network, group: aws.ec2.SecurityGroup) -> dict[str, Any]:
-    """A node's subnet, group and public address, given to the instance itself."""
-    return {"subnet_id": network.subnet_id, "vpc_security_group_ids": [group.id],
+def _plain_attachment(subnet_id: pulumi.Output[str],
+                      group: aws.ec2.SecurityGroup) -> dict[str, Any]:
+    """A node's subnet (its zone's), group and public address, given to the instance itself."""
+    return {"subnet_id": subnet_id, "vpc_security_group_ids": [group.id],
             "associate_public_ip_address": True}
 
 

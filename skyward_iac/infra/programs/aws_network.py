@@ -1,22 +1,33 @@
-"""Where AWS nodes live: the default VPC's subnet, or a VPC of the cluster's own, and how they
-attach to it (an EFA for multi-node pools of types that have one).
+"""Where AWS nodes live: subnets of the default VPC, or of a VPC of the cluster's own, one per
+zone the pool may use, and how nodes attach to them (an EFA for multi-node pools of types that
+have one).
 
-Both paths put every node in one subnet of one availability zone (placement groups and low
-latency between nodes need it), picked among the zones that offer the instance type by the
-stack's first run and kept for the stack's life (``decisions.py``).
+The pool's zone (``decisions.py`` stores it) holds every node of a pool with a placement group
+(a cluster placement group, and so an EFA pool, lives in one zone). Other pools may run each
+node in its own zone of the region: a node the cloud refused in one zone is declared in a
+sibling zone (``capacity/spot_fallback.py``), and each node's zone is stored with it, so no
+later update moves it. A VPC of the pool's own gets a subnet in each zone the pool may use (the
+pool's zone keeps the first CIDR block and the logical name ``subnet`` it always had); the
+default VPC's subnet of each zone a node uses is looked up (a default VPC may lack one in a
+zone nobody uses).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
+from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.programs.common import ClusterPlan
 
 VPC_CIDR = "10.42.0.0/16"
 SUBNET_CIDR = "10.42.0.0/20"
+#: /20 blocks of ``VPC_CIDR``: the pool's zone has the first, each other zone the one its letter
+#: names (a -> the second ... o -> the sixteenth), so a zone's block never depends on the others.
+SUBNET_BLOCKS = 16
 #: Types whose primary interface can be an Elastic Fabric Adapter (from AWS's list of EFA
 #: instance types; one missing here keeps its plain ENA, which NCCL uses over TCP).
 EFA_TYPES = frozenset({
@@ -28,51 +39,70 @@ EFA_TYPES = frozenset({
 
 @dataclass(frozen=True, slots=True)
 class Network:
-    """The VPC and subnet the cluster's nodes are placed in."""
+    """The VPC and the subnet of each zone the cluster's nodes may be placed in."""
 
     vpc_id: pulumi.Output[str]
-    subnet_id: pulumi.Output[str]
-    availability_zone: pulumi.Output[str]
+    #: The pool's zone: placement-group pools keep every node there.
+    zone: str
+    #: Zone -> subnet id, for the pool's zone and every other zone nodes use (or may use).
+    subnets: Mapping[str, pulumi.Output[str]]
+
+    @property
+    def subnet_id(self) -> pulumi.Output[str]:
+        """The pool zone's subnet."""
+        return self.subnets[self.zone]
 
 
-def first_zone(locations: list[str]) -> str:
-    """The zone to use among those offering the type: the first by name, so `up` is stable."""
-    if not locations:
-        raise ValueError("no availability zone of this region offers the instance type")
-    return sorted(locations)[0]
+def subnet_cidr(zone: str, pool_zone: str) -> str:
+    """The /20 of ``VPC_CIDR`` for ``zone``'s subnet (see ``SUBNET_BLOCKS``)."""
+    if zone == pool_zone:
+        return SUBNET_CIDR
+    letter = zone[-1:]
+    block = ord(letter) - ord("a") + 1 if letter.isascii() and letter.islower() else SUBNET_BLOCKS
+    if block >= SUBNET_BLOCKS:
+        raise ConfigError(f"zone {zone} has no subnet block in {VPC_CIDR}: zones a to o only")
+    return f"10.42.{block * 16}.0/20"
+
+
+def node_zones(plan: ClusterPlan, pool_zone: str, pinned: Mapping[int, str | None],
+               moved: Mapping[int, str]) -> dict[int, str]:
+    """The zone of every node ``plan`` declares: the one it was created in (``pinned``; nodes
+    pinned before zones were stored run in the pool's zone), else the zone a capacity refusal
+    moved it to (``moved``, pools without a placement group only), else the pool's zone."""
+    zones = {}
+    for index in range(plan.node_count):
+        if index in pinned:
+            zones[index] = pinned[index] or pool_zone
+        elif not plan.placement and index in moved:
+            zones[index] = moved[index]
+        else:
+            zones[index] = pool_zone
+    return zones
+
+
+def network_zones(plan: ClusterPlan, use_default_vpc: bool, pool_zone: str,
+                  usable: tuple[str, ...], used: Mapping[int, str]) -> list[str]:
+    """The zones that get a subnet: the pool's first, then every zone a node uses and, in a
+    VPC of the pool's own, every zone the pool may use (one zone for placement-group pools)."""
+    zones = {pool_zone, *used.values()}
+    if not use_default_vpc and not plan.placement:
+        zones |= set(usable)
+    return [pool_zone, *sorted(zones - {pool_zone})]
 
 
 def cluster_network(plan: ClusterPlan, use_default_vpc: bool, opts: pulumi.ResourceOptions,
-                    invoke: pulumi.InvokeOptions, zone: str | None = None) -> Network:
-    """The network for ``plan``: the default VPC (``AWS(use_default_vpc=True)``) or a new one,
-    in ``zone`` (the stack's, ``decisions.py``), else the first offering the type."""
-    zone_output = pulumi.Output.from_input(zone) if zone else offering_zone(plan, invoke)
-    return _network(plan, use_default_vpc, opts, invoke, zone_output)
-
-
-def offering_zone(plan: ClusterPlan, invoke: pulumi.InvokeOptions) -> pulumi.Output[str]:
-    """The first zone of the region that offers the plan's instance type (``first_zone``)."""
-    offerings = aws.ec2.get_instance_type_offerings_output(
-        location_type="availability-zone",
-        filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(
-            name="instance-type", values=[plan.offer.machine_type])],
-        opts=invoke,
-    )
-    return offerings.locations.apply(first_zone)
-
-
-def _network(plan: ClusterPlan, use_default_vpc: bool, opts: pulumi.ResourceOptions,
-             invoke: pulumi.InvokeOptions, zone: pulumi.Output[str]) -> Network:
+                    invoke: pulumi.InvokeOptions, zones: list[str]) -> Network:
+    """The network for ``plan`` with a subnet in each of ``zones`` (the pool's first): the
+    default VPC (``AWS(use_default_vpc=True)``) or a new one."""
     if use_default_vpc:
         vpc = aws.ec2.get_vpc_output(default=True, opts=invoke)
-        subnet = aws.ec2.get_subnet_output(
-            vpc_id=vpc.id, availability_zone=zone, default_for_az=True, opts=invoke,
-        )
-        return Network(vpc.id, subnet.id, zone)
-    return _own_vpc(plan, zone, opts)
+        return Network(vpc.id, zones[0], {zone: aws.ec2.get_subnet_output(
+            vpc_id=vpc.id, availability_zone=zone, default_for_az=True, opts=invoke).id
+            for zone in zones})
+    return _own_vpc(plan, zones, opts)
 
 
-def _own_vpc(plan: ClusterPlan, zone: pulumi.Output[str], opts: pulumi.ResourceOptions) -> Network:
+def _own_vpc(plan: ClusterPlan, zones: list[str], opts: pulumi.ResourceOptions) -> Network:
     tags = dict(plan.tags)
     vpc = aws.ec2.Vpc("vpc", cidr_block=VPC_CIDR, enable_dns_hostnames=True,
                       enable_dns_support=True, tags={**tags, "Name": plan.stack_name}, opts=opts)
@@ -82,13 +112,18 @@ def _own_vpc(plan: ClusterPlan, zone: pulumi.Output[str], opts: pulumi.ResourceO
                                                                  gateway_id=gateway.id)],
         tags=tags, opts=opts,
     )
-    subnet = aws.ec2.Subnet(
-        "subnet", vpc_id=vpc.id, cidr_block=SUBNET_CIDR, availability_zone=zone,
-        map_public_ip_on_launch=True, tags=tags, opts=opts,
-    )
-    aws.ec2.RouteTableAssociation("subnet-routes", subnet_id=subnet.id, route_table_id=routes.id,
-                                  opts=opts)
-    return Network(vpc.id, subnet.id, zone)
+    subnets = {}
+    for zone in zones:
+        # The pool's zone keeps the names of the stack's only subnet before zones were many.
+        suffix = "" if zone == zones[0] else f"-{zone}"
+        subnet = aws.ec2.Subnet(
+            f"subnet{suffix}", vpc_id=vpc.id, cidr_block=subnet_cidr(zone, zones[0]),
+            availability_zone=zone, map_public_ip_on_launch=True, tags=tags, opts=opts,
+        )
+        aws.ec2.RouteTableAssociation(f"subnet-routes{suffix}", subnet_id=subnet.id,
+                                      route_table_id=routes.id, opts=opts)
+        subnets[zone] = subnet.id
+    return Network(vpc.id, zones[0], subnets)
 
 
 def uses_efa(plan: ClusterPlan) -> bool:
@@ -100,9 +135,9 @@ def uses_efa(plan: ClusterPlan) -> bool:
 
 def efa_launch_template(plan: ClusterPlan, network: Network, group_id: pulumi.Input[str],
                         opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
-    """A launch template whose only interface (card 0, device 0) is an EFA in the cluster's
-    subnet and security group, with a public address like every node's; ``ec2.Instance`` cannot
-    declare the interface type itself."""
+    """A launch template whose only interface (card 0, device 0) is an EFA in the pool zone's
+    subnet and the cluster's security group, with a public address like every node's;
+    ``ec2.Instance`` cannot declare the interface type itself."""
     tags = dict(plan.tags)
     return aws.ec2.LaunchTemplate(
         "efa", name_prefix=f"{plan.stack_name}-", tags=tags,
