@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError, StackNotFoundError
-from skyward_iac.cli_commands import debug, lifecycle, live, offers, paths, preview
+from skyward_iac.cli_commands import cost, debug, lifecycle, live, offers, paths, preview
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -75,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
     offers.add_parser(commands)
     preview.add_parser(commands)
     lifecycle.add_commands(commands)
+    cost.add_parser(commands)
     live.add_commands(commands)
     debug.add_commands(commands)
     return root

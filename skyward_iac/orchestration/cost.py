@@ -50,12 +50,12 @@ class CostMeter:
             self._spent += self._rate * (now - self._since) / 3600
             self._since, changed, self._rate = now, usd_per_hour != self._rate, usd_per_hour
             last = self._segments[-1]
-            nodes = last.nodes if nodes is None else nodes
-            if (nodes, usd_per_hour) != (last.nodes, last.usd_per_hour):
+            count = last.nodes if nodes is None else nodes
+            if (count, usd_per_hour) != (last.nodes, last.usd_per_hour):
                 start = now - self._origin
                 if int(start) == int(last.start_s):  # stored to the second: it replaces that one
                     start = self._segments.pop().start_s
-                self._segments.append(Segment(start, nodes, usd_per_hour))
+                self._segments.append(Segment(start, count, usd_per_hour))
         if changed:
             self._changed()
         return changed

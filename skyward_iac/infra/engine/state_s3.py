@@ -31,7 +31,7 @@ grow (the stack holds resources, or its last update is not a destroy that succee
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +48,9 @@ from skyward_iac.infra.engine.state_files import (
     stored_update,
 )
 
+#: Whose update histories to read: every stack's, none, or those a function of the stacks read
+#: without them picks (``history --limit``: the newest runs').
+Updates = bool | Callable[[list[StoredStack]], Collection[str]]
 #: Parallel requests: S3 serves many at once; the bound keeps sockets and threads modest.
 WORKERS = 32
 #: URL settings this reader applies like gocloud.dev's s3blob and Pulumi's legacy translation
@@ -144,7 +147,7 @@ class Reader:
         self.cache.put(key, etag, value)
         return value
 
-    def read_stacks(self, project: str, updates: bool) -> list[StoredStack]:
+    def read_stacks(self, project: str, updates: Updates) -> list[StoredStack]:
         self._check_layout()
         base = self.key(f".pulumi/stacks/{project}/")
         stacks: dict[str, _Stack] = {}
@@ -160,13 +163,19 @@ class Reader:
                     stack = stacks.setdefault(name.removesuffix(suffix), _Stack(
                         name.removesuffix(suffix)))
                     setattr(stack, slot, (key, etag))
-        found = [stack for stack in stacks.values() if stack.checkpoint is not None]
+        found = sorted((s for s in stacks.values() if s.checkpoint is not None),
+                       key=lambda s: s.name)
+        self.names, self.project = {stack.name for stack in found}, project
         with ThreadPoolExecutor(WORKERS) as pool:
-            list(pool.map(lambda stack: self._read(stack, project, updates), found))
-        self.names = {stack.name for stack in found}
-        self.project = project
-        return [StoredStack(s.name, s.stored_tags, s.count, s.updates)
-                for s in sorted(found, key=lambda s: s.name)]
+            list(pool.map(self._read, found))
+            wanted = (set(updates(self._stored(found))) if callable(updates)
+                      else self.names if updates else set())
+            list(pool.map(self._read_updates, [s for s in found if s.name in wanted]))
+        return self._stored(found)
+
+    @staticmethod
+    def _stored(found: list[_Stack]) -> list[StoredStack]:
+        return [StoredStack(s.name, s.stored_tags, s.count, s.updates) for s in found]
 
     def of_a_stack(self, key: str) -> bool:
         """Whether ``key`` (an object or a history directory) belongs to a stack the last
@@ -190,31 +199,29 @@ class Reader:
     def _history_prefix(self, project: str) -> str:
         return self.key(f".pulumi/history/{project}/")
 
-    def _read(self, stack: _Stack, project: str, updates: bool) -> None:
+    def _read(self, stack: _Stack) -> None:
         assert stack.checkpoint is not None
         stack.count = self.summary(*stack.checkpoint, lambda data: resource_count(parse(data)))
         if stack.tags is not None:
             stack.stored_tags = self.summary(*stack.tags,
                                              lambda data: dict(parse(data).get("tags") or {}))
-        if updates:
-            stack.updates = self._updates(stack, self._history_prefix(project) + stack.name + "/")
 
-    def _updates(self, stack: _Stack, prefix: str) -> tuple[StoredUpdate, ...]:
+    def _read_updates(self, stack: _Stack) -> None:
         """The stack's update history, newest first; listed again only while it may grow."""
         assert stack.checkpoint is not None
+        prefix = self._history_prefix(self.project) + stack.name + "/"
         keys = self.cache.settled(prefix, stack.checkpoint[1])
         if keys is None:
             keys = {key: etag for key, etag in self.listing(prefix).items()
                     if key.endswith((".history.json", ".history.json.gz"))}
-        records = newest_first([
-            self.summary(key, etag, lambda data: _update_record(parse(data)))
+        history = newest_first([
+            _from_record(self.summary(key, etag, lambda data: _update_record(parse(data))))
             for key, etag in keys.items()])
-        history = tuple(_from_record(r) for r in records)
         last = history[0] if history else None
         if stack.count == 0 and last is not None and last.kind == "destroy" \
                 and last.result == "succeeded":
             self.cache.settle(prefix, stack.checkpoint[1], keys)  # it will not grow any more
-        return history
+        stack.updates = history
 
 
 def _candidates(rest: str, ends: str) -> list[str]:
@@ -258,9 +265,10 @@ def _client(where: Location) -> Any:
 
 
 def read_stacks(url: str, project: str, cache_file: Path | None,
-                updates: bool = False) -> list[StoredStack] | None:
+                updates: Updates = False) -> list[StoredStack] | None:
     """Every stack of ``project`` in the S3 backend at ``url`` with its raw tags and resource
-    count (and its update history, newest first, with ``updates``); None when the backend
+    count (and its update history, newest first, with ``updates``: of every stack, or of
+    those ``updates`` picks from the stacks read without); None when the backend
     cannot be read here (then ask the engine)."""
     where = location(url)
     if where is None:

@@ -1,0 +1,131 @@
+"""Every recorded run as the audit sees it (``skyward-iac history``, ``skyward-iac cost``): who,
+what, where, how long, how much, how it ended and by whom.
+
+Read from the backend's own records (``infra/stacks/records.py``: no engine start per run on a
+file or S3 backend); ``summary`` is a pure function of one stack's tags, resource count and
+update history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from skyward_iac.infra.stacks import usage
+from skyward_iac.infra.stacks.tags import (
+    INSTANCE_TYPE,
+    MARKET,
+    REGION,
+    USER_TAG,
+    ZONES,
+    actor_of,
+)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds") if moment.tzinfo \
+        else moment.replace(tzinfo=UTC).isoformat(timespec="seconds")
+
+
+def summary(name: str, tags: dict[str, str], resources: int, updates: Sequence[Any],
+            now: datetime | None = None) -> dict[str, Any]:
+    """One run as ``history`` shows it. ``updates``: the stack's update history, newest first
+    (each with ``kind``, ``result``, ``message``, ``start_time``, ``end_time``).
+
+    The run lasts from ``created_at`` (its owner's clock) to the end of its last destroy that
+    succeeded (the destroyer's clock: the owner's when the pool ended itself), or until ``now``
+    while it holds resources; node-hours and USD integrate its segments over that time."""
+    from skyward_iac.infra.stacks import access
+
+    now = now or datetime.now(UTC)
+    started = datetime.fromisoformat(tags["created_at"]) if "created_at" in tags else None
+    destroys = [u for u in updates if u.kind == "destroy"]
+    done = next((u for u in destroys if u.result == "succeeded" and u.end_time), None)
+    ended = _utc(done.end_time) if done is not None and not resources else None
+    duration = max(((ended or now) - started).total_seconds(), 0.0) if started else None
+    segments = usage.of_tags(tags)
+    totals = usage.totals(segments, duration or 0.0)
+    actor, source = actor_of(tags)
+    hourly = float(tags.get("usd_per_hour", 0) or 0)
+    return {
+        "stack": name,
+        "created_at": tags.get("created_at"),
+        "owner": tags.get("owner"),
+        "actor": actor,
+        "actor_source": source,
+        "provider": tags.get("provider"),
+        "spec": f"{tags.get('provider', '?')} {tags.get('nodes', '?')}x "
+                f"{tags.get('accelerator', 'cpu')} {tags.get('allocation', '')}".strip(),
+        "instance_type": tags.get(INSTANCE_TYPE, ""),
+        "region": tags.get(REGION, ""),
+        "zones": [zone for zone in tags.get(ZONES, "").split(",") if zone],
+        "market": tags.get(MARKET, ""),
+        "nodes": int(tags.get("nodes", 0) or 0),
+        "usd_per_hour": hourly,
+        # Nodes over time: each resize or fallback, with when (the owner's clock) and the rate.
+        "segments": [{"at": (started + timedelta(seconds=s.start_s)).isoformat(timespec="seconds")
+                      if started else None, "after_s": round(s.start_s),
+                      "nodes": s.nodes, "usd_per_hour": s.usd_per_hour,
+                      **({"folded": True} if s.folded else {})} for s in segments],
+        "duration_s": round(duration, 1) if duration is not None else None,
+        "node_hours": round(totals.node_hours, 4),
+        "cost_usd": round(totals.cost_usd, 4),
+        # The older name of cost_usd, kept for scripts that read it.
+        "estimated_usd": round(totals.cost_usd, 4),
+        "tags": {k.removeprefix(USER_TAG): v for k, v in tags.items() if k.startswith(USER_TAG)},
+        "live_resources": resources,
+        "ended_at": ended.isoformat(timespec="seconds") if ended else None,
+        "ended": (done.message or "destroyed") if done is not None and not resources else
+                 ("running" if resources else "never provisioned"),
+        "result": destroys[0].result if destroys else None,
+        "ended_by": _ended_tag(tags),
+        # Every destroy tried, newest first: a failed one stays on record beside the next.
+        "destroys": [{"at": _iso(u.start_time), "result": u.result, "message": u.message}
+                     for u in destroys],
+        "taken_down_by": tags.get("down_by") or None,
+        # Who reached its nodes with ssh, forward or cp, and when (newest first).
+        "access": access.listing(tags),
+    }
+
+
+def _ended_tag(tags: dict[str, str]) -> dict[str, str] | None:
+    """The ``ended`` tag the destroy path writes (status, by, via, reason), if any."""
+    try:
+        fields = json.loads(tags.get("ended") or "null")
+    except ValueError:
+        return None
+    return {str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else None
+
+
+def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
+    """Every recorded run (a stack with a ``created_at`` tag), newest first (the newest
+    ``limit``); from the backend's records when readable directly, else through the engine
+    (a few commands per run)."""
+    from skyward_iac.infra.stacks.records import list_records, stored_stacks
+    from skyward_iac.infra.stacks.stack import ClusterStack
+    from skyward_iac.infra.stacks.tags import skyward_tags
+
+    def newest(stacks: list[Any]) -> list[str]:  # only their histories are read
+        dated = sorted(((skyward_tags(s.tags).get("created_at", ""), s.name) for s in stacks),
+                       reverse=True)
+        return [name for created, name in dated if created][:limit]
+
+    stored = stored_stacks(updates=True if limit is None else newest)
+    found: list[tuple[str, dict[str, str], int, Sequence[Any] | None]]
+    if stored is not None:
+        found = [(s.name, skyward_tags(s.tags), s.resource_count, s.updates) for s in stored]
+    else:
+        found = [(r.name, r.tags, r.resource_count, None) for r in list_records()]
+    found = [run for run in found if "created_at" in run[1]]
+    found.sort(key=lambda run: (run[1]["created_at"], run[0]), reverse=True)  # as newest()
+    found = found[:limit] if limit is not None else found
+    now = datetime.now(UTC)
+    return [summary(name, tags, count,
+                    updates if updates is not None else ClusterStack.select(name).history(), now)
+            for name, tags, count, updates in found]
