@@ -10,7 +10,16 @@ from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError, StackNotFoundError
-from skyward_iac.cli_commands import cost, debug, lifecycle, live, offers, paths, preview
+from skyward_iac.cli_commands import (
+    cost,
+    debug,
+    lifecycle,
+    live,
+    offers,
+    paths,
+    policy,
+    preview,
+)
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -78,6 +87,7 @@ def parser() -> argparse.ArgumentParser:
     cost.add_parser(commands)
     live.add_commands(commands)
     debug.add_commands(commands)
+    policy.add_commands(commands)
     return root
 
 

@@ -1,10 +1,11 @@
-"""Team guardrails: ``[policy]`` in skyward.toml and the file named by ``SKYWARD_POLICY``.
+"""Team guardrails: the team policy in the shared backend (``team_policy.py``), ``[policy]`` in
+skyward.toml and the file named by ``SKYWARD_POLICY``.
 
 Checked on every pool plan (``Compute``, ``preview``, ``plan``), before any stack exists: a
 pool that breaks a rule is a ``PolicyError`` naming the rule, its limit and the pool's value.
 Where several sources set a rule the strictest wins (smallest number, intersection of the
-allow-lists, union of the required tags), so a project can tighten a team policy, never
-loosen it.
+allow-lists, union of the required tags), so a project or a user can tighten the team policy,
+never loosen it: no environment variable, argument or ``Options`` field lifts a backend rule.
 
 Pulumi's policy packs (CrossGuard) run in a language host of their own next to the engine's;
 our programs run inline in this process, so packs are not used: these rules are checked here,
@@ -24,6 +25,7 @@ from typing import Any
 
 from skyward_iac import config_file
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.infra.capacity import team_policy
 
 POLICY_ENV = "SKYWARD_POLICY"
 
@@ -95,6 +97,24 @@ def parse(table: Mapping[str, Any], source: str) -> Policy:
     return Policy(**values, sources={key: source for key in values})
 
 
+def as_table(policy: Policy) -> dict[str, Any]:
+    """The rules ``policy`` sets, as a ``[policy]`` table (what ``parse`` reads back)."""
+    table: dict[str, Any] = {}
+    for name in [*NUMBERS, *LISTS]:
+        value = getattr(policy, name)
+        if value is not None and not (name == "required_tags" and not value):
+            table[name] = list(value) if isinstance(value, tuple) else value
+    return table
+
+
+def read_file(path: Path) -> Policy:
+    """A policy file: its ``[policy]`` table, or its top level."""
+    document = _read(path)
+    if document is None:
+        raise ConfigError(f"{path}: no such policy file")
+    return parse(document.get("policy", document), str(path))
+
+
 def strictest(policies: Iterable[Policy]) -> Policy:
     """One policy holding, for every rule, the strictest value any of ``policies`` sets."""
     merged = Policy()
@@ -112,12 +132,37 @@ def strictest(policies: Iterable[Policy]) -> Policy:
             elif name == "required_tags":
                 value = tuple(dict.fromkeys([*mine, *theirs]))
             else:
-                value = tuple(v for v in mine if v in theirs)
+                value = narrowest(mine, theirs)
             if value != mine:
                 changes[name] = value
-                sources[name] = policy.sources.get(name, "?")
+                theirs_from = policy.sources.get(name, "?")
+                sources[name] = (theirs_from if name in NUMBERS or value == theirs
+                                 else f"{sources.get(name, '?')} and {theirs_from}")
         merged = replace(merged, **changes, sources=sources)
     return merged
+
+
+def narrowest(mine: Sequence[str], theirs: Sequence[str]) -> tuple[str, ...]:
+    """The allow-list both lists allow (shell-style patterns): each pattern of one list kept
+    when a pattern of the other covers it (``g5.xlarge`` and ``eu-west-*`` are under ``g5.*``
+    and ``eu-*``). Two patterns that overlap without one covering the other are dropped:
+    the merge may allow less than both, never more."""
+    kept = [p for p in mine if any(covers(q, p) for q in theirs)]
+    kept += [p for p in theirs if any(covers(q, p) for q in mine)]
+    return tuple(dict.fromkeys(kept))
+
+
+def covers(pattern: str, other: str) -> bool:
+    """Whether every name ``other`` matches is matched by ``pattern`` too (sound, not
+    complete: a literal name, the same pattern, or a ``prefix*`` over a pattern that starts
+    with that prefix)."""
+    if pattern == other:
+        return True
+    if not any(c in other for c in "*?["):
+        return fnmatch.fnmatchcase(other, pattern)
+    prefix = pattern[:-1]
+    return (pattern.endswith("*") and not any(c in prefix for c in "*?[")
+            and other.startswith(prefix))
 
 
 def violations(policy: Policy, pool: PoolFacts) -> list[str]:
@@ -168,19 +213,27 @@ def check(policy: Policy, pool: PoolFacts) -> None:
 
 
 def load(cwd: Path | None = None) -> Policy:
-    """The policy in force: the file named by ``SKYWARD_POLICY`` (its ``[policy]`` table, or
-    its top level) and ``[policy]`` in skyward.toml, merged strictest-wins."""
+    """The policy in force: the team policy in the backend, the file named by
+    ``SKYWARD_POLICY`` (its ``[policy]`` table, or its top level) and ``[policy]`` in
+    skyward.toml, merged strictest-wins. A team policy that cannot be read is a
+    ``TeamPolicyError`` (fail closed), never a lifted rule."""
     found: list[Policy] = []
+    if (team := team_policy.read()) is not None:
+        found.append(parse(team.rules, team_source(team)))
     if named := os.environ.get(POLICY_ENV):
         path = Path(named).expanduser()
-        document = _read(path)
-        if document is None:
+        if not path.is_file():
             raise ConfigError(f"{POLICY_ENV}={named}: no such policy file")
-        found.append(parse(document.get("policy", document), str(path)))
+        found.append(read_file(path))
     project = config_file.find_project_file(cwd)
     if project is not None and (document := _read(project)) and "policy" in document:
         found.append(parse(document["policy"], str(project)))
     return strictest(found)
+
+
+def team_source(team: team_policy.Stored) -> str:
+    """How a team rule names its source in a refusal: where, who pushed it and when."""
+    return f"team policy {team.where}, pushed by {team.by} at {team.at}"
 
 
 def _read(path: Path) -> dict[str, Any] | None:
