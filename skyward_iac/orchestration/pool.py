@@ -28,6 +28,7 @@ from skyward_iac.collections import (
     Queue,
     Set,
 )
+from skyward_iac.infra.stacks import access
 from skyward_iac.node.protocol import PickledFunction
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
@@ -256,6 +257,9 @@ class Pool:
 
         forward = LocalForward(transport, ("127.0.0.1", remote_port), on_trouble,
                                local_port=local_port)
+        # Recorded as ``skyward-iac forward`` is: who, when, which node and port.
+        access.record_later(self.stack_name, f"forward node {index} port {remote_port} to "
+                                             f"127.0.0.1:{forward.port} (pool.forward)")
         try:
             yield forward.port
         finally:

@@ -4,11 +4,14 @@ port that serves this user only (a connection from user ``nobody`` is closed).""
 from __future__ import annotations
 
 import socket
+import time
 import urllib.request
 
 import pytest
 
 import skyward_iac as sky
+from skyward_iac.infra.stacks import access
+from skyward_iac.infra.stacks.stack import ClusterStack
 from tests.helpers import http_get_as_nobody
 
 pytestmark = pytest.mark.integration
@@ -62,6 +65,14 @@ def test_forward_reaches_a_server_a_task_started_and_refuses_another_user(
         pool.run(stop(pid), target=0)
     with pytest.raises(OSError):  # the with block closed the port
         socket.create_connection(("127.0.0.1", local), timeout=5).close()
+    # Recorded in the stack's access log as `skyward-iac forward` is (written in a thread).
+    action = f"forward node 0 port {port} to 127.0.0.1:{local} (pool.forward)"
+    stack = ClusterStack.select(pool.stack_name)
+    deadline = time.monotonic() + 60
+    while not (found := [e for e in access.entries(stack.tags()) if e.action == action]):
+        assert time.monotonic() < deadline, f"no access entry {action!r}"
+        time.sleep(0.5)
+    assert found[0].by == access.actor()
 
 
 def test_a_port_nothing_listens_on_fails_each_connection_fast(pool: sky.Pool) -> None:

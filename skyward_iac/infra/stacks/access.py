@@ -5,7 +5,8 @@ Each entry is a tag of its own, ``skyward:access.<UTC time>`` = ``<user@host> <w
 costs one engine command and no stack update: it takes no lock, so it never waits for the
 owner's updates nor makes them fail, it works on every backend (a shared one included), and it
 stays after the stack is destroyed, beside the update history. ``show`` lists the entries and
-``history --json`` carries them. The time is the recording machine's clock.
+``history --json`` carries them. The time is the recording machine's clock. ``pool.forward``
+records its forwards too (``record_later``).
 
 What is recorded is the action, never a command's arguments (they may hold a secret): ``ssh``
 records the program's name only.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import getpass
 import logging
 import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from skyward_iac.infra.stacks.tags import ACCESS
 
-__all__ = ["ACCESS", "AccessEntry", "actor", "entries", "entry_tag", "listing", "record"]
+__all__ = ["ACCESS", "AccessEntry", "actor", "entries", "entry_tag", "listing", "record",
+           "record_later"]
 
 if TYPE_CHECKING:
     from skyward_iac.infra.stacks.stack import ClusterStack
@@ -91,3 +94,21 @@ def record(stack: ClusterStack, action: str, now: datetime | None = None) -> Non
         if stack.tags().get(key) == value:
             return
     log.warning("stack %s: the access entry %r did not stay in its tags", stack.name, value)
+
+
+def record_later(stack: str, action: str) -> threading.Thread:
+    """``record`` in a thread of its own, for the owner's pool (``pool.forward``): its engine
+    commands stay off the action's path, and a failure is logged, never raised into the
+    user's code."""
+    from skyward_iac.infra.stacks.stack import ClusterStack
+
+    def write() -> None:
+        try:
+            record(ClusterStack.select(stack, lazy=True), action)
+        except Exception as exc:  # noqa: BLE001 - the forward works without its entry
+            log.warning("stack %s: this access (%s) was not recorded in its access log: %s",
+                        stack, action, exc)
+
+    thread = threading.Thread(target=write, name="skyward-access-log", daemon=True)
+    thread.start()
+    return thread
