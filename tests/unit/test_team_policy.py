@@ -132,10 +132,9 @@ def test_machine_b_cannot_lift_the_team_rule(backend: Path, tmp_path: Path,
             monkeypatch.delenv(policy.POLICY_ENV, raising=False)
         else:
             monkeypatch.setenv(policy.POLICY_ENV, env)
-        with pytest.raises(policy.PolicyError) as refused:
-            with sky.Compute(provider=sky.Local(), nodes=2,
-                             options=sky.Options(tags={"team": "ml"}, console=False)):
-                pass
+        with pytest.raises(policy.PolicyError) as refused:  # planned on construction
+            sky.Compute(provider=sky.Local(), nodes=2,
+                        options=sky.Options(tags={"team": "ml"}, console=False))
         assert "policy.max_nodes (team policy" in str(refused.value)
         assert "grow to 2 nodes" in str(refused.value)
     assert not list(backend.rglob("*.json")), "a stack was written although refused"
