@@ -13,8 +13,9 @@ from pathlib import Path
 from skyward_iac.api.errors import ConfigError
 
 #: Where each provider's credentials may come from, as the error message lists them.
-AWS_SOURCES = ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY", "AWS_PROFILE (also after "
-               "`aws sso login`)", "~/.aws/credentials or ~/.aws/config", "an instance role")
+AWS_SOURCES = ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+               "AWS_PROFILE (also after `aws sso login`)", "~/.aws/credentials or ~/.aws/config",
+               "an instance role")
 GCP_SOURCES = ("GOOGLE_APPLICATION_CREDENTIALS (a service-account key file)",
                "GOOGLE_CREDENTIALS (the key's JSON)", "GOOGLE_OAUTH_ACCESS_TOKEN",
                "`gcloud auth application-default login`", "a GCE metadata server")
@@ -50,15 +51,14 @@ def gcp_credential_source() -> str | None:
 def require_credentials(provider: str) -> None:
     """Raise ``ConfigError`` naming what to set when ``provider`` ("aws"/"gcp") has no
     credentials on this machine; Local needs none."""
-    sources: tuple[str, ...]
-    if provider == "aws":
-        found, sources = aws_credential_source(), AWS_SOURCES
-    elif provider == "gcp":
-        found, sources = gcp_credential_source(), GCP_SOURCES
-    else:
+    from skyward_iac.infra.clouds import cloud
+
+    provider_cloud = cloud(provider)
+    if provider_cloud.on_this_machine:
         return
-    if found is None:
+    if provider_cloud.credential_source() is None:
         raise ConfigError(
-            f"no {provider.upper()} credentials found; set one of: {'; '.join(sources)}. "
+            f"no {provider.upper()} credentials found; set one of: "
+            f"{'; '.join(provider_cloud.credential_sources)}. "
             "See docs/providers.md for the permissions the identity needs."
         )

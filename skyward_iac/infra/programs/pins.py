@@ -31,10 +31,8 @@ TAGS, MAX_LIFETIME, MAX_NODES = "tags", "maxLifetime", "maxNodes"
 DECIDED = (PLACE, ZONE, IMAGE, NODES, TAGS, MAX_LIFETIME, MAX_NODES)
 #: GCP: what the nodes go without since GCP refused part of their identity (gcp_identity.py).
 IDENTITY = "identity"
-#: The keys each provider pins (also settings of the ``stacks/`` projects, same meaning).
-PIN_KEYS: dict[str, tuple[str, ...]] = {
-    "local": (), "aws": (SSH_CIDR, AWS_ACCOUNT_ID, *DECIDED),
-    "gcp": (SSH_CIDR, GCP_PROJECT, *DECIDED, IDENTITY)}
+# The keys each provider pins (also settings of the ``stacks/`` projects, same meaning) are
+# its ``Cloud.pin_keys`` (infra/clouds/).
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,26 +48,36 @@ class Resolvers:
 
 
 def stack_pins(request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
-    """The config a new stack for ``request`` stores: each pin resolved exactly once.
+    """The config a new stack for ``request`` stores: each pin resolved exactly once, as its
+    provider pins (``Cloud.stack_pins``: ``aws_pins``, ``gcp_pins``; Local pins nothing).
 
     Explicit settings win (``ssh_cidr``, ``sky.GCP(project=...)``) and are not looked up.
     Raises ``ConfigError`` when a value cannot be learned.
     """
-    provider = request.spec.provider
-    if provider.kind not in ("aws", "gcp"):
-        return {}
-    pins = {SSH_CIDR: common.resolve_ssh_cidr(getattr(provider, "ssh_cidr", None),
-                                              resolvers.caller_cidr)}
-    if provider.kind == "aws":
-        region = (request.offer or select([request.spec]).offer).region
-        pins[AWS_ACCOUNT_ID] = resolvers.aws_account_id(region)
-        return pins
-    project = getattr(provider, "project", None) or resolvers.gcp_project()
+    from skyward_iac.infra.clouds import cloud
+
+    return cloud(request.spec.provider.kind).stack_pins(request, resolvers)
+
+
+def aws_pins(request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
+    """An AWS stack's pins: the SSH CIDR and the account this machine's credentials act in."""
+    region = (request.offer or select([request.spec]).offer).region
+    return {**_ssh_pin(request, resolvers), AWS_ACCOUNT_ID: resolvers.aws_account_id(region)}
+
+
+def gcp_pins(request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
+    """A GCP stack's pins: the SSH CIDR and the project (``sky.GCP(project=...)`` or the
+    provider's default)."""
+    project = getattr(request.spec.provider, "project", None) or resolvers.gcp_project()
     if not project:
         raise ConfigError("no GCP project: set sky.GCP(project=...), GOOGLE_PROJECT or "
                           "`gcloud config set project ...`")
-    pins[GCP_PROJECT] = project
-    return pins
+    return {**_ssh_pin(request, resolvers), GCP_PROJECT: project}
+
+
+def _ssh_pin(request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
+    return {SSH_CIDR: common.resolve_ssh_cidr(getattr(request.spec.provider, "ssh_cidr", None),
+                                              resolvers.caller_cidr)}
 
 
 def config_values(pins: Mapping[str, str]) -> dict[str, str]:
@@ -84,8 +92,10 @@ def read_pins(provider: str) -> dict[str, str]:
     """
     from pulumi.runtime.config import CONFIG  # the SDK's own map; pulumi.Config cannot list
 
+    from skyward_iac.infra.clouds import cloud
+
     config = CONFIG.get()
-    return {key: str(config[f"{NAMESPACE}:{key}"]) for key in PIN_KEYS.get(provider, ())
+    return {key: str(config[f"{NAMESPACE}:{key}"]) for key in cloud(provider).pin_keys
             if config.get(f"{NAMESPACE}:{key}")}
 
 

@@ -23,8 +23,8 @@ from skyward_iac.api.providers import AWS, GCP, Local
 from skyward_iac.api.spec import Spec, validated
 from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.capacity.offers import Offer
+from skyward_iac.infra.clouds import cloud
 from skyward_iac.infra.programs import ClusterRequest
-from skyward_iac.infra.programs.pins import PIN_KEYS
 
 NAMESPACE = "skyward"
 PROVIDERS = ("local", "aws", "gcp")
@@ -57,10 +57,10 @@ REQUEST_KEYS = ("instanceType", "market", "maxLifetime", "createdAt")
 
 def known_keys(provider: str) -> tuple[str, ...]:
     """Every setting ``provider`` understands, in documentation order."""
-    request_keys = REQUEST_KEYS if provider != "local" else ()
     provider_keys = _provider_keys(provider)
+    request_keys = () if cloud(provider).on_this_machine else REQUEST_KEYS
     # Pins the program reads itself (programs/pins.py), e.g. awsAccountId or image; no Spec field.
-    pinned = tuple(key for key in PIN_KEYS[provider]
+    pinned = tuple(key for key in cloud(provider).pin_keys
                    if key not in provider_keys and key not in request_keys)
     return (*SPEC_KEYS, *ACCELERATOR_KEYS, *provider_keys, *request_keys, *pinned)
 
@@ -129,7 +129,8 @@ def cluster_request(provider: str, settings: Mapping[str, Any], stack_name: str)
     cannot swap the instance type under a reviewed stack; ``createdAt`` (ISO 8601) pins the
     ``expires_at`` tags, which otherwise move with every run when ``ttl`` is set.
     """
-    if provider == "local" and (cloud_only := sorted(set(settings) & set(REQUEST_KEYS))):
+    if cloud(provider).on_this_machine and (
+            cloud_only := sorted(set(settings) & set(REQUEST_KEYS))):
         raise ConfigError(f"{', '.join(cloud_only)} apply to aws and gcp stacks only")
     spec = spec_from_settings(provider, {k: v for k, v in settings.items()
                                          if k not in REQUEST_KEYS})

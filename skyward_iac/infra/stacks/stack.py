@@ -25,6 +25,7 @@ import pulumi.automation as auto
 
 from skyward_iac.api.errors import ProvisionError, StackBusyError, StackNotFoundError
 from skyward_iac.api.spec import Spec
+from skyward_iac.infra.clouds import cloud_of_stack
 from skyward_iac.infra.engine import locate as engine
 from skyward_iac.infra.engine.command import EngineCommand
 from skyward_iac.infra.engine.lean_stack import LeanStack
@@ -134,10 +135,6 @@ def workspace_for_listing() -> auto.LocalWorkspace:
     return _workspace()
 
 
-def _provider_of(name: str) -> str:
-    """The provider of a stack named by ``new_stack_name`` (``aws-...``), else ``local``."""
-    kind = name.split("-", 1)[0]
-    return kind if kind in ("aws", "gcp") else "local"
 
 
 def _select(name: str) -> LeanStack:
@@ -266,7 +263,7 @@ class ClusterStack(StackTags):
         """``message`` naming who makes the update (``tags.with_actor``): so the stack's own
         update history (``pulumi stack history``) says who did what and why."""
         return with_actor(message, *cloud_identity.actor(self._provider or
-                                                         _provider_of(self.name)))
+                                                         cloud_of_stack(self.name).kind))
 
     def zones(self) -> tuple[str, ...]:
         """The zones the stack's last update placed its nodes in, as its program decided and

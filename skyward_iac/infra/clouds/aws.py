@@ -1,0 +1,34 @@
+"""AWS: EC2 nodes (``programs/aws.py``), pinned to the account the stack was created in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
+
+from skyward_iac.infra.clouds.base import Cloud
+from skyward_iac.infra.identity import cloud_credentials
+from skyward_iac.infra.programs import pins
+
+if TYPE_CHECKING:
+    from skyward_iac.infra.programs import ClusterRequest
+    from skyward_iac.infra.programs.pins import Resolvers
+
+
+class AwsCloud(Cloud):
+    kind: ClassVar[str] = "aws"
+    credential_sources: ClassVar[tuple[str, ...]] = cloud_credentials.AWS_SOURCES
+    pin_keys: ClassVar[tuple[str, ...]] = (pins.SSH_CIDR, pins.AWS_ACCOUNT_ID, *pins.DECIDED)
+
+    def program(self, request: ClusterRequest) -> Callable[[], None]:
+        from skyward_iac.infra.programs.aws import aws_program
+
+        return aws_program(request)
+
+    def stack_pins(self, request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
+        return pins.aws_pins(request, resolvers)
+
+    def credential_source(self) -> str | None:
+        return cloud_credentials.aws_credential_source()
+
+
+AWS = AwsCloud()

@@ -1,0 +1,35 @@
+"""GCP: Compute Engine nodes (``programs/gcp.py``), in the project the stack was created in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
+
+from skyward_iac.infra.clouds.base import Cloud
+from skyward_iac.infra.identity import cloud_credentials
+from skyward_iac.infra.programs import pins
+
+if TYPE_CHECKING:
+    from skyward_iac.infra.programs import ClusterRequest
+    from skyward_iac.infra.programs.pins import Resolvers
+
+
+class GcpCloud(Cloud):
+    kind: ClassVar[str] = "gcp"
+    credential_sources: ClassVar[tuple[str, ...]] = cloud_credentials.GCP_SOURCES
+    pin_keys: ClassVar[tuple[str, ...]] = (pins.SSH_CIDR, pins.GCP_PROJECT, *pins.DECIDED,
+                                           pins.IDENTITY)
+
+    def program(self, request: ClusterRequest) -> Callable[[], None]:
+        from skyward_iac.infra.programs.gcp import gcp_program
+
+        return gcp_program(request)
+
+    def stack_pins(self, request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
+        return pins.gcp_pins(request, resolvers)
+
+    def credential_source(self) -> str | None:
+        return cloud_credentials.gcp_credential_source()
+
+
+GCP = GcpCloud()
