@@ -56,29 +56,29 @@ def run_show(args: argparse.Namespace) -> int:
 
     team = team_policy.read()
     effective = policy.load()
-    report = {
-        "where": team_policy.location(),
+    rules = policy.as_table(effective)
+    where = team_policy.location()
+    report: dict[str, Any] = {
+        "where": where,
         "team": None if team is None else {
             "rules": team.rules, "pushed_by": team.by, "pushed_by_source": team.by_source,
             "pushed_at": team.at, "digest": team.digest},
-        "in_force": {"rules": policy.as_table(effective),
-                     "sources": {k: v for k, v in effective.sources.items()
-                                 if k in policy.as_table(effective)}},
+        "in_force": {"rules": rules,
+                     "sources": {k: v for k, v in effective.sources.items() if k in rules}},
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    if report["where"] is None:
+    if where is None:
         print("this backend holds no team policy (only file:// and s3:// backends do)")
     elif team is None:
-        print(f"no team policy in {report['where']} (`skyward-iac policy push FILE` stores one)")
+        print(f"no team policy in {where} (`skyward-iac policy push FILE` stores one)")
     else:
         print(f"team policy {team.where}\n  pushed by {team.by} ({team.by_source}) at "
               f"{team.at}\n  digest {team.digest}")
         for key, value in sorted(team.rules.items()):
             print(f"  {key} = {json.dumps(value)}")
     print("in force here (strictest of the team policy, skyward.toml and SKYWARD_POLICY):")
-    rules = report["in_force"]["rules"]
     for key, value in sorted(rules.items()):
         print(f"  {key} = {json.dumps(value)}  ({effective.sources.get(key, '?')})")
     if not rules:

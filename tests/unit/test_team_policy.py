@@ -107,6 +107,10 @@ def test_push_show_diff_on_a_file_backend(backend: Path, tmp_path: Path,
     assert shown["team"]["pushed_by_source"] == "self-declared"
     assert shown["in_force"]["rules"]["max_nodes"] == 2
     assert "pushed by" in shown["in_force"]["sources"]["max_nodes"]
+    assert main(["policy", "show"]) == 0
+    text = capsys.readouterr().out
+    assert f"team policy {backend / team_policy.KEY}" in text and "max_nodes = 2" in text
+    assert "in force here" in text
     stricter = tmp_path / "stricter.toml"
     stricter.write_text("[policy]\nmax_nodes = 1\n")
     assert main(["policy", "diff", str(stricter)]) == 0
