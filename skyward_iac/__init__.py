@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     )
     from skyward_iac.api.health import HealthChecker
     from skyward_iac.api.log_config import LogConfig
+    from skyward_iac.api.options import Options, Worker
     from skyward_iac.api.providers import AWS, GCP, Local
     from skyward_iac.api.runtime import (
         AcceleratorInfo,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
         stdout,
     )
     from skyward_iac.api.sampler import DistributedSampler
-    from skyward_iac.api.spec import Image, Nodes, Options, PipIndex, Spec, Worker
+    from skyward_iac.api.spec import Image, Nodes, PipIndex, Spec
     from skyward_iac.api.storage import Storage
     from skyward_iac.api.volumes import Volume
     from skyward_iac.collections.context import barrier, counter, dict, lock, queue, set
@@ -96,8 +97,8 @@ _LAZY = {
         "AcceleratorInfo", "CallbackWriter", "InstanceInfo", "NetworkInfo", "PeerInfo",
         "instance_info", "is_head", "redirect_output", "shard", "silent", "stderr", "stdout",
     )},
-    **{name: "skyward_iac.api.spec" for name in (
-        "Image", "Nodes", "Options", "PipIndex", "Spec", "Worker")},
+    **{name: "skyward_iac.api.spec" for name in ("Image", "Nodes", "PipIndex", "Spec")},
+    **{name: "skyward_iac.api.options" for name in ("Options", "Worker")},
     **{name: "skyward_iac.api.providers" for name in ("AWS", "GCP", "Local")},
     "DockerImage": "skyward_iac.api.containers",
     "HealthChecker": "skyward_iac.api.health",

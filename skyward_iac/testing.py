@@ -78,7 +78,8 @@ def pool_settings(marked: Mapping[str, Any], ini: Mapping[str, Any]) -> dict[str
     that names it, raised before anything is provisioned.
     """
     from skyward_iac.api.errors import ConfigError
-    from skyward_iac.api.spec import Image, Options, validated
+    from skyward_iac.api.options import Options
+    from skyward_iac.api.spec import Image, validated
 
     unknown = sorted(set(marked) - set(SETTINGS))
     if unknown:

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Create the pool's stack, preview it with an update plan, write the plan file."""
-    from skyward_iac.api.spec import Options
+    from skyward_iac.api.options import Options
     from skyward_iac.orchestration.offline_preview import OfflinePlan
     from skyward_iac.orchestration.preview import save_reviewed_plan
 
@@ -198,7 +198,7 @@ def run_apply(args: argparse.Namespace) -> int:
     """Bring a reviewed plan's pool up (pulumi up --plan, nodes bootstrapped) and leave it
     warm for ``--keep-warm`` seconds: the next equal ``sky.Compute`` adopts it."""
     from skyward_iac.api.errors import ConfigError
-    from skyward_iac.api.spec import Options
+    from skyward_iac.api.options import Options
     from skyward_iac.orchestration.compute import Compute
     from skyward_iac.orchestration.reviewed import load
 

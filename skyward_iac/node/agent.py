@@ -34,8 +34,7 @@ from pathlib import Path
 
 from skyward_iac.api import metrics
 from skyward_iac.node import protocol
-from skyward_iac.node.preemption import PreemptionWatcher
-from skyward_iac.node.protocol import (
+from skyward_iac.node.messages import (
     Cancel,
     Configure,
     MetricSamples,
@@ -43,6 +42,7 @@ from skyward_iac.node.protocol import (
     Task,
     Welcome,
 )
+from skyward_iac.node.preemption import PreemptionWatcher
 from skyward_iac.node.refusals import SUMMARY_EVERY, RefusalLog
 from skyward_iac.node.sampler import MetricSample, MetricsSampler
 from skyward_iac.node.slots import Slots

@@ -5,7 +5,7 @@ AWS announces a spot interruption about two minutes ahead at
 /latest/api/token`` first; 404 while nothing is planned). GCP flips
 ``/computeMetadata/v1/instance/preempted`` to ``TRUE`` about 30 seconds ahead (a hanging GET
 with ``?wait_for_change=true`` returns when it changes). On a notice the agent tells its
-clients (``protocol.PreemptionNotice``), so the pool stops sending work there and starts the
+clients (``messages.PreemptionNotice``), so the pool stops sending work there and starts the
 replacement while the node still runs. Standard library only: it runs inside the agent.
 """
 

@@ -4,9 +4,10 @@ A frame is a 5-byte header (payload length, flags) and a payload. The first fram
 connection is RAW: the per-stack token, at most ``MAX_TOKEN_FRAME`` bytes, checked before the
 agent reads anything else (a longer or non-raw first frame is refused unread). Every later
 payload is a pickled message, lz4-compressed when that makes it meaningfully smaller.
-``Channel`` is the one way agent, worker and client read and write frames.
-User code and values travel as nested pickles (``Task.payload``, ``Result.value``), so a
-failure to rebuild them is reported per task instead of breaking the connection.
+``Channel`` is the one way agent, worker and client read and write frames; the messages
+themselves are in node/messages.py. User code and values travel as nested pickles
+(``Task.payload``, ``Result.value``), so a failure to rebuild them is reported per task instead
+of breaking the connection.
 
 Two things keep the hot paths cheap:
 
@@ -25,11 +26,12 @@ import pickle
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import cloudpickle
 import lz4.frame
+
+from skyward_iac.node.messages import Batch
 
 HEADER = struct.Struct("!IB")
 RAW, PICKLED, COMPRESSED = 0, 1, 2
@@ -78,155 +80,6 @@ class ConnectionClosed(EOFError):
 class ProtocolError(ValueError):
     """The peer broke the protocol (a frame malformed, oversized or out of place): the
     connection cannot go on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Welcome:
-    """The agent's answer to a valid token; ``protocol`` is its ``PROTOCOL_VERSION``."""
-
-    node: int
-    pid: int
-    python: str
-    protocol: int
-
-
-@dataclass(frozen=True, slots=True)
-class Configure:
-    """Sent after ``Welcome``: the node's place in the pool (an ``InstanceInfo`` as a dict) and
-    how its tasks reach the collections (a ``collections.BackendConfig``, or None), and the
-    pool's node-side plugin hooks (a pickled tuple of ``Plugin``, or None)."""
-
-    instance: dict[str, Any]
-    collections: Any = None
-    plugins: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """A piece of a running task's stdout or stderr, streamed live."""
-
-    task_id: int
-    stream: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Task:
-    """Run ``payload`` (a pickled ``(fn, args, kwargs)`` whose out-of-band buffers are
-    ``buffers``); ``name`` is for messages only."""
-
-    task_id: int
-    name: str
-    payload: bytes
-    timeout: float | None
-    buffers: tuple[Any, ...] = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # A plain constructor call pickles several times faster than dataclass state.
-        return (Task, (self.task_id, self.name, self.payload, self.timeout,
-                       _out_of_band(self.buffers)))
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """A worker took task ``task_id`` from its queue and is running it now."""
-
-    task_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """The client gave up on a task (timeout): its result is no longer wanted."""
-
-    task_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """A task's exception: its type, message, remote traceback and, if picklable, itself."""
-
-    type_name: str
-    message: str
-    traceback: str
-    exception: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """A task's outcome: ``value`` (a pickle whose out-of-band buffers are ``buffers``) or
-    ``failure``; ``duration`` is how long the function ran on the node (seconds)."""
-
-    task_id: int
-    value: bytes | None = None
-    failure: Failure | None = None
-    buffers: tuple[Any, ...] = ()
-    duration: float = 0.0
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Result, (self.task_id, self.value, self.failure, _out_of_band(self.buffers),
-                         self.duration))
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSamples:
-    """The agent's latest ``sky.metrics`` readings (``node.sampler.MetricSample``s),
-    sent to every connected client as they are taken."""
-
-    samples: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionNotice:
-    """The node's cloud announced its interruption: it stops at ``deadline`` (epoch seconds)."""
-
-    node: int
-    deadline: float
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Several messages in one frame, handled in order."""
-
-    messages: tuple[Any, ...]
-
-
-class PickledFunction:
-    """A function pickled once on the client, travelling as bytes inside each call's pickle.
-
-    A node rebuilds each distinct function once per worker process (``load_function``), so a
-    ``map`` of 10,000 items pickles its function once and nodes unpickle it once. Like a
-    function imported by reference, its module globals then live as long as the worker.
-    """
-
-    __slots__ = ("blob",)
-
-    def __init__(self, blob: bytes) -> None:
-        self.blob = blob
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (load_function, (self.blob,))
-
-
-_FUNCTIONS_KEPT = 256
-_functions: dict[bytes, Any] = {}
-
-
-def load_function(blob: bytes) -> Any:
-    """The function pickled in ``blob``, unpickled at most once per process (bounded cache)."""
-    fn = _functions.get(blob)
-    if fn is None:
-        fn = pickle.loads(blob)
-        if len(_functions) >= _FUNCTIONS_KEPT:
-            _functions.clear()
-        _functions[blob] = fn
-    return fn
-
-
-def _out_of_band(buffers: tuple[Any, ...]) -> tuple[Any, ...]:
-    # PickleBuffer makes pickle hand the buffer to the frame's buffer_callback (out of band).
-    return tuple(b if isinstance(b, pickle.PickleBuffer) else pickle.PickleBuffer(b)
-                 for b in buffers)
 
 
 def dumps(obj: Any) -> bytes:

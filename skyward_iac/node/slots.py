@@ -39,7 +39,7 @@ from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.node import command as node_command
 from skyward_iac.node import protocol
 from skyward_iac.node.facts import network_facts
-from skyward_iac.node.protocol import Cancel, Configure, Output, Result, Started, Task
+from skyward_iac.node.messages import Cancel, Configure, Output, Result, Started, Task
 from skyward_iac.node.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
 
 log = logging.getLogger("skyward.agent")

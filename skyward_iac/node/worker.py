@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import contextvars
-import io
 import mmap
 import os
 import select
-import signal
 import socket
 import struct
 import sys
@@ -27,22 +25,15 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from contextvars import ContextVar
-from typing import Any, TextIO
+from typing import Any
 
 from skyward_iac.api.function import settle
 from skyward_iac.api.runtime import InstanceInfo, bind_instance, route_output
 from skyward_iac.node import protocol
-from skyward_iac.node.protocol import (
-    Cancel,
-    Channel,
-    Configure,
-    Failure,
-    Output,
-    Result,
-    Started,
-    Task,
-)
+from skyward_iac.node.lifeline import agent_gone, watch_lifeline
+from skyward_iac.node.messages import Cancel, Configure, Failure, Result, Started, Task
+from skyward_iac.node.protocol import Channel
+from skyward_iac.node.task_output import TaskStream, current_task
 
 #: The shared counter's layout: tasks taken from the queue so far (started or skipped).
 COUNTER = struct.Struct("Q")
@@ -50,9 +41,6 @@ COUNTER = struct.Struct("Q")
 WORKER_INDEX_ENV = "SKYWARD_WORKER_INDEX"
 #: This process's plugins (a ``plugins._node.NodePlugins``) once a Configure brought some.
 process_plugins: Any = None
-
-current_task: ContextVar[int | None] = ContextVar("skyward_current_task", default=None)
-
 
 def describe_failure(exc: BaseException) -> Failure:
     """Capture an exception for the client: pickled when possible, always with its traceback.
@@ -275,43 +263,6 @@ def _run_as_current(task: Task) -> Result:
     return run_task(task)
 
 
-class TaskStream(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of a worker: text written by a task goes to the client,
-    line by line, tagged with the task; anything else goes to the original stream (the log)."""
-
-    def __init__(self, name: str, outbox: Outbox, fallback: TextIO) -> None:
-        self.name = name
-        self.outbox = outbox
-        self.fallback = fallback
-        self.pending: dict[int, str] = {}
-        self.lock = threading.Lock()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        task_id = current_task.get()
-        if task_id is None:
-            return self.fallback.write(text)
-        with self.lock:
-            buffered = self.pending.get(task_id, "") + text
-            head, newline, tail = buffered.rpartition("\n")
-            self.pending[task_id] = tail
-        if newline:
-            self.outbox.send(Output(task_id, self.name, head + newline), urgent=False)
-        return len(text)
-
-    def flush_task(self, task_id: int) -> None:
-        """Send what a finished task left without a newline."""
-        with self.lock:
-            rest = self.pending.pop(task_id, "")
-        if rest:
-            self.outbox.send(Output(task_id, self.name, rest), urgent=False)
-
-    def flush(self) -> None:
-        self.fallback.flush()
-
-
 def _instance(message: Configure) -> InstanceInfo:
     """The node's InstanceInfo as this worker process sees it (its index among several
     workers per node comes from the agent)."""
@@ -330,32 +281,6 @@ def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
         process_plugins = start_in_process(pickled, instance)
 
 
-#: A worker's exit status when its agent died before it.
-ORPHANED = 70
-
-
-def _agent_gone(agent_group: int | None) -> None:
-    """The agent is gone: stop this process, and with it the agent's process group (the other
-    workers, the processes tasks started) when this worker belongs to ``agent_group``."""
-    if agent_group is not None and os.getpgrp() == agent_group:
-        os.killpg(agent_group, signal.SIGKILL)
-    os._exit(ORPHANED)
-
-
-def watch_lifeline(fd: int, agent_group: int | None) -> None:
-    """Stop as soon as the agent is gone (end-of-file on the lifeline ``fd``)."""
-
-    def watch() -> None:
-        try:
-            while os.read(fd, 1):
-                pass  # the agent never writes; anything else than end-of-file is ignored
-        except OSError:
-            pass
-        _agent_gone(agent_group)
-
-    threading.Thread(target=watch, name="lifeline", daemon=True).start()
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m skyward_iac.node worker", description=__doc__)
     parser.add_argument("--fd", type=int, required=True)
@@ -369,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lifeline_fd is not None:
         watch_lifeline(args.lifeline_fd, args.agent_group)
     channel = Channel(socket.socket(fileno=args.fd))
-    outbox = Outbox(channel, on_gone=lambda: _agent_gone(args.agent_group))
+    outbox = Outbox(channel, on_gone=lambda: agent_gone(args.agent_group))
     streams = [TaskStream("stdout", outbox, sys.stdout), TaskStream("stderr", outbox, sys.stderr)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
     route_output()  # @sky.silent, @sky.stdout, redirect_output: per task, over the task streams
@@ -382,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             messages = channel.receive()
         except (protocol.ConnectionClosed, OSError, protocol.ProtocolError):
-            _agent_gone(args.agent_group)  # whichever notices first: this or the lifeline
+            agent_gone(args.agent_group)  # whichever notices first: this or the lifeline
         tasks = []
         for message in messages:
             if isinstance(message, Task):

@@ -30,13 +30,13 @@ from rich.text import Text
 
 from skyward_iac.observability.console import (
     Console,
-    LogConsole,
     changes,
     is_terminal,
     metrics_summary,
     seconds,
     usd,
 )
+from skyward_iac.observability.console_log import LogConsole
 from skyward_iac.observability.events import (
     BootstrapPhase,
     ClusterDestroyed,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from skyward_iac.api.spec import Options
+    from skyward_iac.api.options import Options
     from skyward_iac.orchestration.dispatch import Dispatcher
     from skyward_iac.orchestration.membership import Membership
 

@@ -18,7 +18,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import Dispatcher, active_pool
-from skyward_iac.api.spec import Options, Spec
+from skyward_iac.api.options import Options
+from skyward_iac.api.spec import Spec
 from skyward_iac.collections import context as collections_context
 from skyward_iac.infra.engine import locate as engine
 from skyward_iac.observability.bus import EventBus, Subscription

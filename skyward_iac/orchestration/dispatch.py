@@ -30,7 +30,7 @@ from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError, SkywardError
 from skyward_iac.api.function import PendingFunction
-from skyward_iac.api.spec import Options
+from skyward_iac.api.options import Options
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.task_events import TaskEvents

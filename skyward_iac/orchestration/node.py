@@ -15,9 +15,10 @@ from typing import Any
 import fabric
 
 from skyward_iac.api.accelerators import vendor_of
+from skyward_iac.api.options import Options
 from skyward_iac.api.runtime import InstanceInfo
-from skyward_iac.api.spec import Options, Spec
-from skyward_iac.node.protocol import PreemptionNotice
+from skyward_iac.api.spec import Spec
+from skyward_iac.node.messages import PreemptionNotice
 from skyward_iac.observability.events import (
     BootstrapConsole,
     BootstrapPhase,

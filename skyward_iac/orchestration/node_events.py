@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from skyward_iac.node.protocol import PreemptionNotice
+from skyward_iac.node.messages import PreemptionNotice
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.events import InstancePreempted, Log, Metric
 from skyward_iac.orchestration.dispatch import Dispatcher

@@ -18,8 +18,9 @@ from typing import Any
 
 from skyward_iac import config_file
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.options import Options, SelectionStrategy
 from skyward_iac.api.runtime import AcceleratorInfo, InstanceInfo, PeerInfo
-from skyward_iac.api.spec import Options, SelectionStrategy, Spec, validated
+from skyward_iac.api.spec import Spec, validated
 from skyward_iac.api.volumes import volume_keys
 from skyward_iac.infra.capacity import offers, policy
 from skyward_iac.infra.capacity.offers import Offer

@@ -29,7 +29,7 @@ from skyward_iac.collections import (
     Set,
 )
 from skyward_iac.infra.stacks import access
-from skyward_iac.node.protocol import PickledFunction
+from skyward_iac.node.messages import PickledFunction
 from skyward_iac.observability.bus import EventBus, Subscription
 from skyward_iac.observability.events import Event
 from skyward_iac.observability.streams import write_lines

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.spec import Options, Spec
+from skyward_iac.api.options import Options
+from skyward_iac.api.spec import Spec
 from skyward_iac.infra.capacity.offers import Choice
 from skyward_iac.infra.engine import locate as engine
 from skyward_iac.infra.engine.provider_plugins import require_plugin

@@ -13,7 +13,8 @@ from skyward_iac.api.plugin import Cluster, Plugin, blame
 from skyward_iac.node import protocol
 
 if TYPE_CHECKING:
-    from skyward_iac.api.spec import Spec, Worker
+    from skyward_iac.api.options import Worker
+    from skyward_iac.api.spec import Spec
     from skyward_iac.orchestration.pool import Pool
 
 

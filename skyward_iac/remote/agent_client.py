@@ -23,8 +23,7 @@ from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError, RemoteError, SkywardError
 from skyward_iac.node import protocol
-from skyward_iac.node.protocol import (
-    ByteStream,
+from skyward_iac.node.messages import (
     Cancel,
     Configure,
     Failure,
@@ -36,6 +35,7 @@ from skyward_iac.node.protocol import (
     Task,
     Welcome,
 )
+from skyward_iac.node.protocol import ByteStream
 from skyward_iac.remote.pacing import Pace
 
 #: Called with the node index, the tasks that were pending when its connection broke, and why.

@@ -12,7 +12,7 @@ import cloudpickle
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import PendingFunction
-from skyward_iac.node import protocol
+from skyward_iac.node import messages, protocol
 
 _INSTALLED_ROOTS = tuple(
     Path(p).resolve()
@@ -48,14 +48,14 @@ class PackedCall:
     buffers: tuple[Any, ...] = ()
 
 
-def pack_function(fn: Any) -> protocol.PickledFunction:
+def pack_function(fn: Any) -> messages.PickledFunction:
     """Pickle a function once, for any number of calls (``pack_call(..., function=...)``)."""
     ship_module_by_value(fn)
-    return protocol.PickledFunction(protocol.dumps(fn))
+    return messages.PickledFunction(protocol.dumps(fn))
 
 
 def pack_call(pending: PendingFunction[Any], copy: bool = True,
-              function: protocol.PickledFunction | None = None) -> PackedCall:
+              function: messages.PickledFunction | None = None) -> PackedCall:
     """Pickle ``(fn, args, kwargs)``; an unpicklable part raises ``ConfigError`` naming it.
 
     The function travels as a ``PickledFunction`` (``function``: pickled already, shared by

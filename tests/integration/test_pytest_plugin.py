@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.spec import Image, Options
+from skyward_iac.api.options import Options
+from skyward_iac.api.spec import Image
 from skyward_iac.infra.stacks.stack import ClusterStack, list_records
 from skyward_iac.testing import pool_settings
 from tests.helpers import stack_processes, stack_sandboxes

@@ -10,7 +10,7 @@ import pytest
 
 from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.node import protocol
-from skyward_iac.node.protocol import Welcome
+from skyward_iac.node.messages import Welcome
 from skyward_iac.remote.agent_client import AgentClient, Submission, fail
 from skyward_iac.remote.pacing import ahead
 from tests.agent_process import TOKEN, closed_without_greeting, running_agent
@@ -108,7 +108,7 @@ def test_a_task_failed_by_the_client_gets_its_time_out_as_duration() -> None:
 def test_a_retained_notice_reaches_clients_that_connect_later() -> None:
     """A preemption notice seen before the client connects (or reconnects) is not lost."""
     from skyward_iac.node.agent import Listeners
-    from skyward_iac.node.protocol import PreemptionNotice
+    from skyward_iac.node.messages import PreemptionNotice
 
     class Recorder:
         def __init__(self) -> None:

@@ -6,7 +6,7 @@ import io
 
 import skyward_iac as sky
 from skyward_iac.infra.capacity import offers
-from skyward_iac.observability.console import LogConsole
+from skyward_iac.observability.console_log import LogConsole
 from skyward_iac.observability.events import ClusterRequested
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.observability.bus import EventBus
-from skyward_iac.observability.console import LogConsole, MinimalConsole
+from skyward_iac.observability.console_log import LogConsole, MinimalConsole
 from skyward_iac.orchestration.collections import lost_message
 from skyward_iac.remote.forward import Trouble
 

@@ -19,8 +19,6 @@ from skyward_iac.api.errors import ConfigError
 from skyward_iac.observability import events as ev
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.console import (
-    LogConsole,
-    MinimalConsole,
     SilentConsole,
     acquire_console,
     changes,
@@ -28,6 +26,7 @@ from skyward_iac.observability.console import (
     seconds,
     usd,
 )
+from skyward_iac.observability.console_log import LogConsole, MinimalConsole
 from skyward_iac.observability.view import PoolView
 
 S = "local-root-20260101-000000-abcdef"
@@ -182,7 +181,7 @@ def test_log_console_redacts_and_throttles_metrics() -> None:
 
 
 def test_log_console_prints_task_counts_every_few_seconds_and_always_failures() -> None:
-    from skyward_iac.observability.console import PROGRESS_EVERY
+    from skyward_iac.observability.console_log import PROGRESS_EVERY
 
     events: list[ev.Event] = [ev.ClusterRequested(S, "local", 1, timestamp=99.0)]
     # Four reports a second for 2 * PROGRESS_EVERY seconds while 80 tasks move.

@@ -13,7 +13,8 @@ import pytest
 from skyward_iac.observability import console as console_module
 from skyward_iac.observability import events as ev
 from skyward_iac.observability.bus import EventBus
-from skyward_iac.observability.console import LogConsole, console_for, in_jupyter_kernel
+from skyward_iac.observability.console import console_for, in_jupyter_kernel
+from skyward_iac.observability.console_log import LogConsole
 from skyward_iac.observability.console_rich import JupyterConsole
 
 S = "local-root-20260101-000000-abcdef"

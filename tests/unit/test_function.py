@@ -146,7 +146,7 @@ def test_the_worker_runs_an_async_function_and_pickles_its_result() -> None:
     """What the worker does with a call, end to end through pickling: the result, not a
     'cannot pickle coroutine' failure (a function hiding its async def is run too)."""
     from skyward_iac.node import protocol
-    from skyward_iac.node.protocol import Task
+    from skyward_iac.node.messages import Task
     from skyward_iac.node.worker import run_task
     from skyward_iac.remote.calls import pack_call
 

@@ -16,7 +16,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.node import protocol
-from skyward_iac.node.protocol import Welcome
+from skyward_iac.node.messages import Welcome
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.orchestration.dispatch import Call, Dispatcher, call_for
 from skyward_iac.orchestration.membership import Membership

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from skyward_iac.node import protocol
-from skyward_iac.node.protocol import Result, Task
+from skyward_iac.node.messages import Result, Task
 
 
 def roundtrip(message: object) -> tuple[object, int]:

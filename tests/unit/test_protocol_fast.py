@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from skyward_iac.api.errors import WorkerCrashedError
-from skyward_iac.node import protocol
-from skyward_iac.node.protocol import Batch, Result, Task
+from skyward_iac.node import messages, protocol
+from skyward_iac.node.messages import Batch, Result, Task
 from skyward_iac.node.slots import Slots
 from skyward_iac.node.worker import run_task
 
@@ -203,7 +203,7 @@ def test_cancelling_a_task_queued_in_a_worker_skips_it_and_spares_the_running_on
 
 def test_a_pickled_function_is_rebuilt_once_per_process() -> None:
     blob = protocol.dumps(lambda x: x * 2)
-    first = protocol.loads(protocol.dumps((protocol.PickledFunction(blob), (3,), {})))
-    second = protocol.loads(protocol.dumps((protocol.PickledFunction(blob), (4,), {})))
+    first = protocol.loads(protocol.dumps((messages.PickledFunction(blob), (3,), {})))
+    second = protocol.loads(protocol.dumps((messages.PickledFunction(blob), (4,), {})))
     assert first[0] is second[0]
     assert first[0](*first[1]) == 6 and second[0](*second[1]) == 8

@@ -19,10 +19,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.options import SelectionStrategy
 from skyward_iac.api.providers import Local
-from skyward_iac.api.spec import AllocationStrategy, SelectionStrategy, Spec
+from skyward_iac.api.spec import AllocationStrategy, Spec
+from skyward_iac.infra.capacity.constraints import (
+    Constraint,
+    accelerator_constraints,
+    offered,
+    shape_constraints,
+)
 from skyward_iac.infra.capacity.local_fit import check_local_fits
 from skyward_iac.infra.stacks import home
 
@@ -275,74 +281,22 @@ def requested_region(spec: Spec) -> str | None:
     return next(iter(candidates), None)
 
 
-Hint = Callable[[list[Offer]], str]
-
-
-@dataclass(frozen=True, slots=True)
-class _Constraint:
-    describe: str
-    keep: Callable[[Offer], bool]
-    hint: Hint
-
-
-def _offered(label: str, values: Callable[[Offer], Iterable[str | None]]) -> Hint:
-    """A hint listing what the offers left before a constraint have instead."""
-
-    def hint(left: list[Offer]) -> str:
-        found = sorted({v for o in left for v in values(o) if v})
-        return f"{label}: {', '.join(found) or 'none'}"
-
-    return hint
-
-
-def _accelerator_constraints(wanted: Accelerator | None) -> list[_Constraint]:
-    if wanted is None:
-        return [_Constraint("no accelerator (CPU only)", lambda o: o.accelerator is None,
-                            lambda _: "every offer left has an accelerator")]
-    name = wanted.name.lower()
-    constraints = [_Constraint(
-        f"accelerator {wanted.name}", lambda o: (o.accelerator or "").lower() == name,
-        _offered("accelerators in the catalog", lambda o: [o.accelerator]))]
-    if (gb := wanted.memory_gb) is not None:
-        constraints.append(_Constraint(
-            f"accelerator memory {wanted.memory}", lambda o: o.accelerator_memory_gb == gb,
-            _offered("memory sizes offered", lambda o: [f"{o.accelerator_memory_gb:g}GB"])))
-    if wanted.form_factor:
-        ff = wanted.form_factor.lower()
-        constraints.append(_Constraint(
-            f"form_factor {wanted.form_factor}",
-            lambda o: (o.accelerator_form_factor or "").lower() == ff,
-            _offered("form factors offered", lambda o: [o.accelerator_form_factor])))
-    count = wanted.count
-    constraints.append(_Constraint(
-        f"at least {count:g} accelerator(s) per node", lambda o: o.accelerator_count >= count,
-        _offered("counts per node offered", lambda o: [f"{o.accelerator_count:g}"])))
-    return constraints
-
-
-def _constraints(spec: Spec) -> list[_Constraint]:
-    out = _accelerator_constraints(spec.accelerator)
+def _constraints(spec: Spec) -> list[Constraint]:
+    """What an offer must have for ``spec``, in the order a refusal names them."""
+    out = accelerator_constraints(spec.accelerator)
     if region := requested_region(spec):
-        out.append(_Constraint(f"region {region}", lambda o: o.region == region,
-                               _offered("regions offering it", lambda o: [o.region])))
+        out.append(Constraint(f"region {region}", lambda o: o.region == region,
+                               offered("regions offering it", lambda o: [o.region])))
     if zone := getattr(spec.provider, "zone", None):
-        out.append(_Constraint(f"zone {zone}", lambda o: zone in o.zones,
-                               _offered("zones offering it", lambda o: o.zones)))
-    if arch := spec.architecture:
-        out.append(_Constraint(f"architecture {arch}", lambda o: o.architecture == arch,
-                               _offered("architectures", lambda o: [o.architecture])))
-    if (vcpus := spec.vcpus) is not None:
-        out.append(_Constraint(f"vcpus >= {vcpus:g}", lambda o: o.vcpus >= vcpus,
-                               lambda left: f"the most is {max(o.vcpus for o in left):g}"))
-    if (memory := spec.memory_gb) is not None:
-        out.append(_Constraint(f"memory_gb >= {memory:g}", lambda o: o.memory_gb >= memory,
-                               lambda left: f"the most is {max(o.memory_gb for o in left):g} GB"))
+        out.append(Constraint(f"zone {zone}", lambda o: zone in o.zones,
+                               offered("zones offering it", lambda o: o.zones)))
+    out += shape_constraints(spec)
     allocation = spec.allocation
-    out.append(_Constraint(f"allocation {allocation!r}",
+    out.append(Constraint(f"allocation {allocation!r}",
                            lambda o: market_for(allocation, o) is not None,
                            lambda _: "none of them has that market; try allocation='on-demand'"))
     if (cap := spec.max_hourly_cost) is not None:
-        out.append(_Constraint(
+        out.append(Constraint(
             f"max_hourly_cost ${cap:g}", lambda o: _price(allocation, o) <= cap,
             lambda left: f"the cheapest is ${min(_price(allocation, o) for o in left):.4f}/h"))
     return out
