@@ -88,8 +88,9 @@ def read_pools(path: Path) -> dict[str, dict[str, Any]]:
     return pools
 
 
-#: Keys of the ``[state]`` table: where the team's stacks live and how their secrets are kept.
-STATE_KEYS = ("backend", "secrets_provider")
+#: Keys of the ``[state]`` table: where the team's stacks live, how their secrets are kept, and
+#: whether the backend must hold a team policy (``team_policy = "required"``).
+STATE_KEYS = ("backend", "secrets_provider", "team_policy")
 
 
 def state_setting(key: str, *, cwd: Path | None = None) -> str | None:

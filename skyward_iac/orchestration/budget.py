@@ -1,7 +1,7 @@
 """``Options(max_cost_usd)``: a budget a pool cannot exceed.
 
-The client's half: ``BudgetGuard`` reads the pool's ``CostMeter`` (USD from launch, at each
-rate the pool ran at) and sleeps until the next threshold at the current rate, woken by every
+The client's half: ``BudgetGuard`` reads the pool's ``CostMeter`` (USD from each node's
+launch, at each rate the pool ran at: the guard feeds it the engine's events, ``launches``) and sleeps until the next threshold at the current rate, woken by every
 change of rate (a resize, a spot fallback, a capacity failover). At 80 % it emits
 ``BudgetWarning`` (a console line); at 100 % ``BudgetExceeded``, and it hands the pool a
 ``BudgetExceededError``: the pool closes and destroys itself, and its pending calls raise it.
@@ -22,7 +22,15 @@ from typing import Any
 from skyward_iac.api.deadlines import BUDGET_WARNING, budget_note, seconds_until_spent
 from skyward_iac.api.errors import BudgetExceededError
 from skyward_iac.observability.bus import EventBus
-from skyward_iac.observability.events import BudgetExceeded, BudgetWarning
+from skyward_iac.observability.events import (
+    BudgetExceeded,
+    BudgetWarning,
+    Event,
+    InstanceDestroyed,
+    InstanceProvisioned,
+    StackProgress,
+    StackUpdated,
+)
 from skyward_iac.orchestration.cost import CostMeter
 
 log = logging.getLogger("skyward")
@@ -37,6 +45,26 @@ def about(seconds: float | None) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def launches(meter: CostMeter, stack: str) -> Callable[[Event], None]:
+    """An event-bus subscriber telling ``meter`` what the engine reports for ``stack``: an
+    update's start and end, each node's instance created (``InstanceProvisioned``: the cloud
+    bills from then) and gone."""
+
+    def tell(event: Event) -> None:
+        if getattr(event, "stack", None) != stack:
+            return
+        if isinstance(event, InstanceProvisioned):
+            meter.launched(event.node)
+        elif isinstance(event, InstanceDestroyed):
+            meter.gone(event.node)
+        elif isinstance(event, StackProgress) and event.operation == "up":
+            meter.up_started()
+        elif isinstance(event, StackUpdated):
+            meter.up_ended()
+
+    return tell
 
 
 class NoBudget:
@@ -69,6 +97,9 @@ class BudgetGuard:
         self._version = 0
         self._listeners: list[Callable[[], Any]] = []
         meter.on_change(self._changed)
+        meter.track_launches()
+        self._launches = events.subscribe(launches(meter, stack), InstanceProvisioned,
+                                          InstanceDestroyed, StackProgress, StackUpdated)
         self._thread = threading.Thread(target=self._run, name=f"{stack}-budget", daemon=True)
         self._thread.start()
 
@@ -97,6 +128,7 @@ class BudgetGuard:
     def stop(self) -> None:
         """Stop watching (the pool is closing)."""
         self._stopped = True
+        self._launches.cancel()
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)

@@ -2,12 +2,14 @@
 a warning at 80 %, and at 100 % the pool closed and destroyed, what was pending failing with
 ``BudgetExceededError``, and the stack's history saying why it ended.
 
-At $3600/h a Local node costs $1 a second from launch (the meter starts with the pool, before
-its stack exists), so the budget is a deadline a few seconds away."""
+At $3600/h a Local node costs $1 a second from its launch (the engine reporting its instance
+created; the cold start before it is not billed), so the budget is a deadline a few seconds
+away."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -52,32 +54,51 @@ def budget_events(events: list[Any]) -> tuple[list[sky.BudgetWarning], list[sky.
 
 
 def test_five_dollars_at_3600_an_hour_end_the_pool_within_seconds_of_the_fifth() -> None:
-    """The must-show's numbers. A cold Local start takes longer than 5 s here, so the fifth
-    dollar is spent while the pool starts: what is pending then is ``sky.Compute`` itself,
-    and it fails with the budget named as soon as the stack update under way is over."""
+    """The must-show: the meter counts from the node's launch (the engine reporting its
+    instance created), not from the pool's start. A node that is in service within five
+    seconds of its launch (a quiet machine) is handed over, a ``sleep(30)`` call is pending
+    when the fifth dollar is spent, and that call fails with the budget named. Under load the
+    bootstrap alone takes longer than $5 (14.6 s from launch to ready measured with 8 helpers
+    on 2 cores): then what is pending is ``sky.Compute`` itself, and it fails the same way.
+    Either way, $5 from the launch, the pool destroyed, its history saying why."""
     events: list[Any] = []
     compute = sky.Compute(provider=sky.Local(usd_per_hour=3600), nodes=1,
                           options=sky.Options(max_cost_usd=5, gc_on_start=False),
                           on_event=events.append)
     stack = compute.stack_name
+    seen: dict[str, float] = {}
     with pytest.raises(sky.BudgetExceededError, match=r"max_cost_usd=5\)") as caught:
-        with compute:
-            pytest.fail("a pool whose budget ran out while it started was handed over")
+        with compute as pool:
+            seen["pending"] = time.monotonic()
+            try:
+                sleep(30) >> pool
+            except sky.BudgetExceededError:
+                seen["failed"] = time.monotonic()
+                raise
+    if "pending" in seen:  # handed over before the fifth dollar: the call was pending
+        assert "failed" in seen, "the pending call did not fail with the budget"
+        assert seen["failed"] - seen["pending"] < 10, "the call waited for its own end"
     error = caught.value
     assert error.budget_usd == 5 and error.usd_per_hour == 3600
     assert 5 <= error.spent_usd < 6, "the guard fired late"  # $1/s: within a second
+    launched = [e for e in events if isinstance(e, sky.InstanceProvisioned)]
     warnings, exceeded = budget_events(events)
-    assert len(warnings) == 1 and 4 <= warnings[0].spent_usd < 5
-    assert len(exceeded) == 1 and exceeded[0].fatal
-    assert warnings[0].timestamp < exceeded[0].timestamp
+    assert len(launched) == 1 and len(warnings) == 1 and len(exceeded) == 1
+    assert 4 <= warnings[0].spent_usd < 5 and exceeded[0].fatal
+    # Five dollars from the launch, not from the pool's start (the cold start is not billed).
+    billed = exceeded[0].timestamp - launched[0].timestamp
+    print(f"spent {billed:.1f}s after the launch; "
+          + (f"the call failed {seen['failed'] - seen['pending']:.1f}s after it was sent"
+             if "pending" in seen else "the pool was still starting"))
+    assert 4.5 <= billed < 8
     destroyed = [e for e in events if isinstance(e, sky.ClusterDestroyed)]
     assert len(destroyed) == 1
-    # The stack update under way when the dollar was spent finishes first; then the destroy.
     after = destroyed[0].timestamp - exceeded[0].timestamp
     print(f"destroyed {after:.1f}s after the fifth dollar")
     assert after < 60
     assert_gone(stack)
-    assert ended(stack).startswith("skyward: budget spent: $5.")
+    assert re.search(r"\bbudget spent: \$5\.\d\d of Options\(max_cost_usd=5\)", ended(stack)), \
+        ended(stack)
 
 
 def test_a_spent_budget_fails_the_pending_call_and_destroys_a_running_pool() -> None:

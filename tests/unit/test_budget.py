@@ -28,6 +28,7 @@ from skyward_iac.api.deadlines import (
 from skyward_iac.infra.capacity import policy
 from skyward_iac.infra.capacity.policy import PoolFacts
 from skyward_iac.observability.bus import EventBus
+from skyward_iac.observability.events import InstanceProvisioned
 from skyward_iac.orchestration import reviewed
 from skyward_iac.orchestration.budget import BudgetGuard, NoBudget, about
 from skyward_iac.orchestration.cost import CostMeter
@@ -195,15 +196,16 @@ def test_the_guard_warns_at_80_percent_then_hands_the_pool_its_error_once() -> N
         assert not seen.done.wait(0.3) and seen.events == []  # free: it never fires
         version, text = guard.note()
         assert text == "none\n"
+        seen.bus.emit(InstanceProvisioned(stack="s", node=0))  # bills from its launch
         meter.set_rate(36000.0)  # $10 a second: $1 in 0.1 s; the change wakes the guard
         assert guard.note()[0] != version  # the nodes are told again
         assert seen.done.wait(10), "the guard never fired"
         time.sleep(0.2)
     finally:
         guard.stop()
-    kinds = [type(e).__name__ for e in seen.events]
-    assert kinds == ["BudgetWarning", "BudgetExceeded"]
-    warning, exceeded = seen.events
+    told = [e for e in seen.events if not isinstance(e, InstanceProvisioned)]
+    assert [type(e).__name__ for e in told] == ["BudgetWarning", "BudgetExceeded"]
+    warning, exceeded = told
     assert 0.8 <= warning.spent_usd < 1.0 and not warning.fatal
     assert exceeded.fatal and exceeded.spent_usd >= 1.0
     assert len(seen.spent) == 1
@@ -218,6 +220,7 @@ def test_a_change_of_rate_moves_the_deadline_the_nodes_are_told() -> None:
     meter = CostMeter(3600.0, clock=lambda: now[0])  # $1/s
     guard = BudgetGuard(100.0, meter, "s", seen.bus, seen.on_spent)
     told: list[int] = []
+    seen.bus.emit(InstanceProvisioned(stack="s", node=0))  # launched at 0
     guard.listen(lambda: told.append(guard.note()[0]))
     try:
         now[0] = 20.0

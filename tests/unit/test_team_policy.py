@@ -177,3 +177,17 @@ def test_a_backend_without_a_place_for_it_holds_none(monkeypatch: pytest.MonkeyP
     team.write_text("[policy]\nmax_nodes = 1\n")
     with pytest.raises(sky.ConfigError, match="file:// and s3:// backends only"):
         team_policy.push(policy.as_table(policy.read_file(team)))
+
+
+def test_a_required_team_policy_fails_closed_on_a_machine_that_never_read_one(
+        backend: Path, tmp_path: Path) -> None:
+    (tmp_path / "skyward.toml").write_text('[state]\nteam_policy = "required"\n')
+    with pytest.raises(team_policy.TeamPolicyError, match="required.*no team policy at"):
+        policy.load(tmp_path)
+    team = tmp_path / "team.toml"
+    team.write_text("[policy]\nmax_nodes = 3\n")
+    assert main(["policy", "push", str(team)]) == 0
+    assert policy.load(tmp_path).max_nodes == 3
+    (tmp_path / "skyward.toml").write_text('[state]\nteam_policy = "optional"\n')
+    with pytest.raises(sky.ConfigError, match="must be \"required\""):
+        policy.load(tmp_path)

@@ -8,9 +8,10 @@ own ``[policy]`` and ``SKYWARD_POLICY``. It is read straight from the directory 
 
 The object says who pushed it, when, and a digest over its rules; a client checks the digest,
 so an object edited by hand (or cut short) is refused. It fails closed: an object that cannot
-be read or parsed, or one that was there before and is gone now (this machine remembers the
-last digest it read per backend), stops every pool with a ``PolicyError`` rather than lifting
-the team's rules. To remove the rules, push an empty ``[policy]``.
+be read or parsed, one that was there before and is gone now (this machine remembers the last
+digest it read per backend), or a missing one where skyward.toml's ``[state] team_policy =
+"required"`` says there must be one, stops every pool with a ``TeamPolicyError`` rather than
+lifting the team's rules. To remove the rules, push an empty ``[policy]``.
 
 Who may push is the backend's business: anyone with write access to the bucket (or directory)
 can. docs/operations.md shows the bucket policy that keeps ``.skyward/policy.toml`` writable by
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from skyward_iac import config_file
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.engine import state_s3
 from skyward_iac.infra.identity import cloud_identity
@@ -113,10 +115,18 @@ def read(url: str | None = None) -> Stored | None:
     read one from this backend before and it is gone now."""
     url = url or home.backend_url()
     where = location(url)
+    required = _required()
     if where is None:
+        if required:
+            raise TeamPolicyError(f"[state] team_policy = \"required\", but the backend {url} "
+                                  "cannot hold a team policy (file:// and s3:// backends do)")
         return None
     text = _get(url, where)
     if text is None:
+        if required:
+            raise TeamPolicyError(
+                f"[state] team_policy = \"required\", but there is no team policy at {where}. "
+                "No pool starts until ops push one (`skyward-iac policy push FILE`)")
         if (seen := _seen(url)) is not None:
             raise TeamPolicyError(
                 f"the team policy {where} is gone: this machine read it before (digest "
@@ -170,6 +180,15 @@ def _get(url: str, where: str) -> bytes | None:
         raise TeamPolicyError(f"the team policy {where} cannot be read ({exc}); no pool starts "
                               "without it. Check the backend's credentials and network (the "
                               "same ones `skyward-iac ls` needs)") from None
+
+
+def _required() -> bool:
+    """Whether skyward.toml (or defaults.toml) says the backend must hold a team policy: a
+    machine that never read one then fails closed too when it is missing."""
+    value = config_file.state_setting("team_policy")
+    if value not in (None, "required"):
+        raise ConfigError(f"[state] team_policy must be \"required\" (or absent), got {value!r}")
+    return value == "required"
 
 
 def _not_found(exc: Exception) -> bool:
