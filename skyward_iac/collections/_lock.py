@@ -7,12 +7,12 @@ import os
 import socket
 import threading
 import time
-import uuid
 from types import TracebackType
 
 from skyward_iac.api.errors import CollectionError
 from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.session import LeaseSession
+from skyward_iac.collections.slots import slots_of
 from skyward_iac.collections.store import Store
 
 #: The claims this process holds, by (lock prefix, thread): a lock acquired through one proxy
@@ -29,6 +29,10 @@ class Lock(Collection):
     watches only the key just ahead of it (no thundering herd, first come first served). A
     holder that dies stops refreshing its lease, etcd deletes its key after the lease TTL, and
     the next waiter proceeds. Not reentrant.
+
+    A claim's key is ``<lease>-<slot>``, the slot reused once its claim is deleted (see
+    ``slots``): the lock's prefix holds one key per claim this process makes at once, not one
+    per acquire since the last compaction.
     """
 
     kind = "lock"
@@ -49,11 +53,12 @@ class Lock(Collection):
         limit = self.timeout if timeout is None else check_timeout(timeout, "acquire(timeout)")
         deadline = time.monotonic() + limit
         client = self._store.client
-        key = self._store.key(f"{uuid.uuid4().hex}")
+        lease, slot = self._session.lease_id(), slots_of(self._store).take()
+        key = self._store.key(f"{lease:x}-{slot}")
         owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}".encode()
-        # The claim and the first look at the contenders are one round trip.
-        mine, contenders = self._store.write_and_list(key, owner,
-                                                      lease=self._session.lease_id())
+        # The claim and the first look at the contenders are one round trip. (If it fails the
+        # claim may still have landed: the slot is never handed out again.)
+        mine, contenders = self._store.write_and_list(key, owner, lease=lease)
         listed_at = mine
         try:
             while True:
@@ -83,7 +88,7 @@ class Lock(Collection):
         except BaseException:
             # Withdraw, or the next waiter waits for us until our lease ends with the process.
             with contextlib.suppress(CollectionError):
-                client.delete(key)
+                self._delete(key)
             raise
 
     def release(self) -> None:
@@ -100,7 +105,12 @@ class Lock(Collection):
                     del _claims[claim]
         if key is None:
             raise RuntimeError(f"lock {self.name!r} released but not held by this task")
+        self._delete(key)
+
+    def _delete(self, key: str) -> None:
+        """Deletes a claim and frees its slot (kept out of use if the delete failed)."""
         self._store.client.delete(key)
+        slots_of(self._store).give_back(int(key.rsplit("-", 1)[1]))
 
     def __enter__(self) -> Lock:
         self.acquire()

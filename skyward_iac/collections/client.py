@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypedDict, Unpack
+from typing import Any, Self, TypedDict, Unpack
 
 import grpc
 import pyetcd
@@ -187,7 +187,7 @@ class EtcdClient:
         """Closes the gRPC channels and the watch stream."""
         self._etcd.close()
 
-    def __enter__(self) -> EtcdClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
