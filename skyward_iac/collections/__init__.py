@@ -2,7 +2,7 @@
 
 ``dict``/``set``/``counter``/``queue``/``barrier``/``lock`` resolve the current backend (see
 ``context``); a :class:`Backend` also offers them as methods (what ``pool.dict`` delegates to).
-The head node's etcd is started by ``python -m skyward_iac.node.etcd_server`` and secured by
+The head node's etcd is started by ``python -m skyward_iac.node etcd-server`` and secured by
 the certificates of ``skyward_iac.collections.pki``.
 """
 
