@@ -4,7 +4,8 @@ The client's half: ``BudgetGuard`` reads the pool's ``CostMeter`` (USD from each
 launch, at each rate the pool ran at: the guard feeds it the engine's events, ``launches``) and sleeps until the next threshold at the current rate, woken by every
 change of rate (a resize, a spot fallback, a capacity failover). At 80 % it emits
 ``BudgetWarning`` (a console line); at 100 % ``BudgetExceeded``, and it hands the pool a
-``BudgetExceededError``: the pool closes and destroys itself, and its pending calls raise it.
+``BudgetExceededError``: the pool closes and destroys itself, and its pending calls raise it; a
+stack update under way is cancelled as a Ctrl+C cancels it (``infra/engine/command.py``).
 
 The nodes' half: with its heartbeat, each node is told how many seconds the budget leaves at
 the current rate (``note``, a duration: ``api/deadlines.py``), again after every change; its
@@ -21,6 +22,7 @@ from typing import Any
 
 from skyward_iac.api.deadlines import BUDGET_WARNING, budget_note, seconds_until_spent
 from skyward_iac.api.errors import BudgetExceededError
+from skyward_iac.infra.engine import command
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.events import (
     BudgetExceeded,
@@ -167,3 +169,6 @@ class BudgetGuard:
                                            usd_per_hour=rate), log, logging.ERROR, "%s", message)
         self._on_spent(BudgetExceededError(message, budget_usd=self.budget_usd,
                                            spent_usd=spent, usd_per_hour=rate))
+        # A stack update under way (a cold start's, a resize's) is stopped, not waited for:
+        # it fails in its own thread, where the pool's failure (set just above) is raised.
+        command.cancel(self.stack)

@@ -8,8 +8,10 @@ away."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -189,3 +191,40 @@ def test_plan_and_apply_take_a_budget_the_policy_and_the_plan_hold(
         with sky.Compute(provider=sky.Local(), ttl=60, options=sky.Options(plan=str(out))):
             pass
     assert ClusterStack.select(saved["stack"]).resource_count() == 0
+
+
+def resize(pool: sky.Pool, nodes: int) -> None:
+    """``pool.resize`` on its own thread: the budget ends it, its error is not the test's."""
+    with contextlib.suppress(Exception):
+        pool.resize(nodes)
+
+
+def test_a_budget_spent_during_a_resize_stops_its_up_rather_than_wait_for_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The last dollars go while a resize's ``up`` runs: the engine is asked to stop as a
+    Ctrl+C asks it (one SIGINT), the update ends cancelled, and the pool is destroyed."""
+    events: list[Any] = []
+    budget = 30
+    compute = sky.Compute(provider=sky.Local(usd_per_hour=3600), nodes=1,
+                          options=sky.Options(max_cost_usd=budget, gc_on_start=False),
+                          on_event=events.append)
+    stack = compute.stack_name
+    caplog.set_level("WARNING", logger="skyward")
+    with pytest.raises(sky.BudgetExceededError):
+        with compute as pool:
+            launched = next(e for e in events if isinstance(e, sky.InstanceProvisioned))
+            # $1/s from the launch: start the resize a second before the last dollar, so the
+            # engine is still at work when it is spent (its start alone takes longer).
+            time.sleep(max(0.0, launched.timestamp + budget - 1.0 - time.time()))
+            threading.Thread(target=resize, args=(pool, 2), daemon=True).start()
+            sleep(60) >> pool
+    exceeded = next(e for e in events if isinstance(e, sky.BudgetExceeded))
+    assert any("asking the engine to stop (SIGINT)" in r.getMessage() for r in caplog.records)
+    # The cold start's update is the only one that succeeded: the resize's never finished.
+    updates = [u for u in ClusterStack.select(stack).history() if u.kind == "update"]
+    assert [u.result for u in updates if u.result == "succeeded"] == ["succeeded"], updates
+    assert not any(isinstance(e, sky.InstanceBootstrapped) and e.node == 1 for e in events)
+    destroyed = next(e for e in events if isinstance(e, sky.ClusterDestroyed))
+    print(f"destroyed {destroyed.timestamp - exceeded.timestamp:.1f}s after the last dollar; "
+          f"updates: {[u.result for u in updates]}")
+    assert_gone(stack)

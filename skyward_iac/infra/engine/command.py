@@ -11,6 +11,10 @@ the engine runs in a session of its own, out of the terminal's reach, and our co
   SIGINT, its own graceful cancel; a second Ctrl+C forwards a second one (the engine's hard
   stop). We wait for it to exit, then raise.
 
+``cancel(stack)`` does what a first Ctrl+C does to every such command running on a stack, from
+any thread: a spent budget stops the ``up`` under way rather than wait for it
+(``orchestration/budget.py``).
+
 A command that writes the state backend is not started without room for it, and a failed
 run is classified (both in ``engine_failures``) before the SDK's own ``create_command_error``:
 a lost race on the tags file runs again; a full disk raises ``OutOfSpaceError`` naming the
@@ -44,7 +48,7 @@ from skyward_iac.infra.engine.failures import (
 )
 from skyward_iac.infra.engine.state_repair import mend
 
-__all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "interrupt_policy"]
+__all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "cancel", "interrupt_policy"]
 
 log = logging.getLogger("skyward")
 
@@ -57,6 +61,31 @@ def interrupt_policy(args: list[str]) -> str:
 
 #: How many times a command that lost the tags race is run in all.
 ATTEMPTS = 3
+
+#: The commands running now that a Ctrl+C cancels (not a destroy), and the stack of each.
+_cancellable: dict[subprocess.Popen[str], str] = {}
+_cancellable_lock = threading.Lock()
+
+
+def _stack_of(args: list[str]) -> str:
+    """The stack a command runs on (its ``--stack``; the SDK may qualify it: ``org/name``)."""
+    given = args[args.index("--stack") + 1] if "--stack" in args[:-1] else ""
+    return given.rsplit("/", 1)[-1]
+
+
+def cancel(stack: str) -> int:
+    """Ask every command running on ``stack`` but a destroy to stop, as a first Ctrl+C does
+    (one SIGINT: the engine's graceful cancel; the command then fails in its own thread); how
+    many were asked."""
+    with _cancellable_lock:
+        running = [process for process, name in _cancellable.items() if name == stack]
+    for process in running:
+        log.warning("stack %s: asking the engine to stop (SIGINT)", stack)
+        try:
+            os.killpg(process.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    return len(running)
 
 
 class EngineCommand(PulumiCommand):
@@ -116,7 +145,14 @@ class EngineCommand(PulumiCommand):
         for reader in readers:
             reader.start()
         policy = interrupt_policy(args)
-        interrupted = _wait(process, policy)
+        if policy == "cancel":
+            with _cancellable_lock:
+                _cancellable[process] = _stack_of(args)
+        try:
+            interrupted = _wait(process, policy)
+        finally:
+            with _cancellable_lock:
+                _cancellable.pop(process, None)
         for reader in readers:
             reader.join()
         result = CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr),
