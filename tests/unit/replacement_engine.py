@@ -230,8 +230,12 @@ class ModelStack:
         which fails the update: nothing it decided is stored."""
         program, mocks = self._run(request)
         refused_keys = {(typ, f"node-{i}") for i in refused for typ in INSTANCES}
+        # What waits for a refused instance's outputs (a GCP node's IAM binding,
+        # ``node-<i>-...``) is never created either; its host key (dynamic) was made first.
+        waiting = {(typ, name) for typ, name in mocks.stored for i in refused
+                   if name.startswith(f"node-{i}-") and not typ.startswith(DYNAMIC_PREFIX)}
         new_state = {key: stored for key, stored in mocks.stored.items()
-                     if key not in refused_keys or key in self.state}
+                     if key not in refused_keys | waiting or key in self.state}
         deleted = [key for key in self.state if key not in mocks.stored]
         succeeded = not (refused_keys & set(mocks.stored))
         self.state = new_state

@@ -143,8 +143,12 @@ SIGNS = (
           "ZONE_RESOURCE_POOL_EXHAUSTED", Scope.ZONE, Cause.CAPACITY),
     _sign("gcp", r"does not exist in zone", "UNOFFERED_IN_ZONE", Scope.ZONE, Cause.UNOFFERED),
 )
-#: GCP names the quota: ``Quota 'NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.``
-GCP_QUOTA = re.compile(r"Quota '(?P<metric>[A-Z0-9_]+)' exceeded", re.IGNORECASE)
+#: GCP names the quota: ``Quota 'NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.``;
+#: an operation's error, as terraform-provider-google writes it (``ComputeOperationError`` in
+#: compute_operation.go), adds ``metric name = compute.googleapis.com/nvidia_l4_gpus`` and
+#: prints no code, and its own tests quote the message without the quotes.
+GCP_QUOTA = re.compile(r"Quota '?(?P<metric>[A-Z0-9_]+)'? exceeded|metric name = "
+                       r"compute\.googleapis\.com/(?P<metric_name>[a-z0-9_]+)", re.IGNORECASE)
 GCP_QUOTA_CODE = re.compile(r"\bQUOTA_EXCEEDED\b|\bquotaExceeded\b")
 _IN_REGION = re.compile(r"\bin region (?P<region>[a-z]+-[a-z]+\d+)")
 _AWS_ZONE = re.compile(r"\b(?P<zone>(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z])\b")
@@ -172,7 +176,7 @@ def _gcp_quota(line: str) -> Refusal | None:
     named = GCP_QUOTA.search(line)
     if named is None and not GCP_QUOTA_CODE.search(line):
         return None
-    metric = named.group("metric").upper() if named else None
+    metric = (named.group("metric") or named.group("metric_name")).upper() if named else None
     everywhere = bool(metric and metric.endswith("_ALL_REGIONS")) or "globally" in line
     region = _IN_REGION.search(line)
     return Refusal("gcp", "QUOTA_EXCEEDED", Scope.GLOBAL if everywhere else Scope.REGION,

@@ -3,15 +3,19 @@
 The zones come from the catalog row (``Offer.zones``: where the cloud offers the type, from
 dated offerings data). A pool's nodes may each run in their own zone when nothing holds them
 together: on AWS a pool without a placement group (a cluster placement group, and with it an
-EFA pool, lives in one zone); GCP programs keep a pool in one zone. Pure functions over the
-request and the catalog.
+EFA pool, lives in one zone); on GCP a pool without a compact placement policy (its subnetwork
+spans the region) and without a zone the user set. Pure functions over the request and the
+catalog.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.capacity.offers import Offer, current_catalog, packaged_catalog
-from skyward_iac.infra.programs import ClusterRequest, common
+from skyward_iac.infra.clouds import cloud
+from skyward_iac.infra.programs import ClusterRequest
 
 
 def usable_zones(offer: Offer) -> tuple[str, ...]:
@@ -59,11 +63,30 @@ def pool_zone(request: ClusterRequest) -> str | None:
 
 def nodes_move_alone(request: ClusterRequest) -> bool:
     """Whether a node refused in its zone may be declared in a sibling zone while the others
-    stay: an AWS pool without a placement group, in a region with more than one zone."""
+    stay: in a region with more than one zone, when its cloud says so (``Cloud.nodes_move_alone``:
+    an AWS pool without a placement group; a GCP pool without a compact placement policy and
+    without a zone the user set)."""
     offer = request.offer
-    if offer is None or request.spec.provider.kind != "aws" or len(offer.zones) < 2:
+    if offer is None or len(offer.zones) < 2:
         return False
-    return not common.plan_cluster(request).placement
+    return cloud(request.spec.provider.kind).nodes_move_alone(request)
+
+
+def declared_zones(node_count: int, pool_zone: str, pinned: Mapping[int, str | None],
+                   moved: Mapping[int, str], together: bool) -> dict[int, str]:
+    """The zone of every node a program declares: the one it was created in (``pinned``;
+    nodes pinned before zones were stored run in the pool's zone), else the zone a capacity
+    refusal moved it to (``moved``; never for a pool held ``together`` in one zone), else the
+    pool's zone."""
+    zones = {}
+    for index in range(node_count):
+        if index in pinned:
+            zones[index] = pinned[index] or pool_zone
+        elif not together and index in moved:
+            zones[index] = moved[index]
+        else:
+            zones[index] = pool_zone
+    return zones
 
 
 def node_zone(request: ClusterRequest, node: int) -> str | None:

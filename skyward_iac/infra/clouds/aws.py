@@ -30,5 +30,11 @@ class AwsCloud(Cloud):
     def credential_source(self) -> str | None:
         return cloud_credentials.aws_credential_source()
 
+    def nodes_move_alone(self, request: ClusterRequest) -> bool:
+        """A cluster placement group (and with it an EFA pool) lives in one zone."""
+        from skyward_iac.infra.programs import common
+
+        return not common.plan_cluster(request).placement
+
 
 AWS = AwsCloud()

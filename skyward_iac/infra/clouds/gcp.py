@@ -31,5 +31,16 @@ class GcpCloud(Cloud):
     def credential_source(self) -> str | None:
         return cloud_credentials.gcp_credential_source()
 
+    def nodes_move_alone(self, request: ClusterRequest) -> bool:
+        """A compact placement policy holds its VMs in one zone, and a zone the user set
+        (``sky.GCP(zone=...)``) stays; otherwise the subnetwork spans the region, so a node may
+        run in any of its zones."""
+        from skyward_iac.infra.programs import common
+        from skyward_iac.infra.programs.gcp import compact_placement
+
+        if getattr(request.spec.provider, "zone", None):
+            return False
+        return not compact_placement(common.plan_cluster(request))
+
 
 GCP = GcpCloud()

@@ -21,6 +21,7 @@ import pulumi
 import pulumi_aws as aws
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.infra.capacity.zones import declared_zones
 from skyward_iac.infra.programs.common import ClusterPlan
 
 VPC_CIDR = "10.42.0.0/16"
@@ -66,18 +67,9 @@ def subnet_cidr(zone: str, pool_zone: str) -> str:
 
 def node_zones(plan: ClusterPlan, pool_zone: str, pinned: Mapping[int, str | None],
                moved: Mapping[int, str]) -> dict[int, str]:
-    """The zone of every node ``plan`` declares: the one it was created in (``pinned``; nodes
-    pinned before zones were stored run in the pool's zone), else the zone a capacity refusal
-    moved it to (``moved``, pools without a placement group only), else the pool's zone."""
-    zones = {}
-    for index in range(plan.node_count):
-        if index in pinned:
-            zones[index] = pinned[index] or pool_zone
-        elif not plan.placement and index in moved:
-            zones[index] = moved[index]
-        else:
-            zones[index] = pool_zone
-    return zones
+    """The zone of every node ``plan`` declares (``zones.declared_zones``): a placement
+    group holds the pool in one zone."""
+    return declared_zones(plan.node_count, pool_zone, pinned, moved, together=plan.placement)
 
 
 def network_zones(plan: ClusterPlan, use_default_vpc: bool, pool_zone: str,

@@ -8,8 +8,10 @@ A3 nodes get a gVNIC network interface, which their machine family requires. The
 is a specific image (its self link, the family's newest when the stack's first run looked it
 up), never the family itself: terraform-provider-google's ``DiskImageDiffSuppress`` cannot
 match Canonical's accelerator family to its images, and a family would give nodes created later
-another image. The image, the zone of each node and the request's tags and lifetime are decided
-once per stack (``decisions.py``).
+another image. The image, the pool's zone, each node's zone (the pool's, or for a pool without
+a compact placement policy the sibling zone a capacity refusal moved a new node to: the
+subnetwork spans the region) and the request's tags and lifetime are decided once per stack
+(``decisions.py``). What the nodes run as is ``gcp_identity.py``'s.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pulumi_gcp as gcp
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.capacity.offers import Offer
+from skyward_iac.infra.capacity.zones import declared_zones
 from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest, common, decisions, pins
 from skyward_iac.infra.programs.cloud_init import SSH_USER
@@ -157,7 +160,7 @@ def gcp_program(request: ClusterRequest,
         # The project stored at creation, so the provider never falls back to the caller's.
         exports = declare_cluster(cluster, decided, record, zone,
                                   stored.get(pins.GCP_PROJECT) or project, ssh_cidr,
-                                  identities[-1])
+                                  identities[-1], request.node_zones)
         return {**exports, **volume_exports(request)}
 
     def fallback(errors: Mapping[str, str]) -> decisions.Fallback | None:
@@ -169,9 +172,10 @@ def gcp_program(request: ClusterRequest,
 
 
 def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, zone: str,
-                    project: str | None, ssh_cidr: str,
-                    identity: NodeIdentity) -> dict[str, Any]:
-    """Declare every resource of the cluster and return the outputs to export."""
+                    project: str | None, ssh_cidr: str, identity: NodeIdentity,
+                    moved: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """Declare every resource of the cluster and return the outputs to export. ``zone`` is
+    the pool's; ``moved``: new nodes a capacity refusal sent to a sibling zone."""
     labels = common.gcp_labels(plan.tags)
     region = plan.offer.region
     provider = gcp.Provider("gcp", project=project, region=region, zone=zone,
@@ -205,7 +209,11 @@ def declare_cluster(plan: ClusterPlan, decided: Decided, record: Recorder, zone:
     record.record(pins.IMAGE, image)
     pinned = {index: decided.nodes.get(index) for index in range(plan.node_count)}
     images = {i: pin.image if pin else image for i, pin in pinned.items()}
-    zones = {i: pin.zone if pin and pin.zone else zone for i, pin in pinned.items()}
+    # Each node stays in the zone it was created in; a new one goes to the pool's zone, or to
+    # the sibling zone a refusal moved it to (the subnetwork spans the region; a compact
+    # placement policy holds the pool in one zone).
+    zones = declared_zones(plan.node_count, zone, {i: p.zone for i, p in decided.nodes.items()},
+                           moved or {}, together=compact_placement(plan))
     record.nodes(images, zones)
     guest = plan.offer.guest_accelerator
     account: NodeAccount | None = declare_identity(plan, identity, opts)
