@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import uuid
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
@@ -17,9 +16,11 @@ from skyward_iac.collections.client import (
     all_created_since,
     create_revision_is,
     delete_op,
+    put_op,
     range_op,
 )
 from skyward_iac.collections.namespace import decode_value, encode_value
+from skyward_iac.collections.slots import ItemSlots
 from skyward_iac.collections.store import Store
 
 #: An item as ``(key, create revision)``.
@@ -39,6 +40,8 @@ class _Listing:
     items: deque[Item] = field(default_factory=deque)
     mine: deque[Item] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The keys this process puts items under, reused (see ``slots``).
+    slots: ItemSlots = field(default_factory=ItemSlots)
 
 
 #: One listing per queue (per store) in this process.
@@ -50,7 +53,10 @@ class Queue(Collection):
     """A shared FIFO: ``put(v)``, ``get(timeout=None)`` (None on timeout), ``empty()``,
     ``len(q)``. Always strongly consistent.
 
-    Each item is its own key; FIFO order is etcd's commit order (create revision). ``get``
+    Each item is its own key, ``<owner>-<slot>`` with slots reused once the process knows the
+    item was taken (``slots.ItemSlots``; a put writes only if its key is absent), so the prefix
+    etcd walks holds about the items queued, not every put since the last compaction. FIFO
+    order is etcd's commit order (create revision). ``get``
     claims one item with a transaction that deletes it only if it is still the same key at the
     same create revision, so of many consumers racing for one item exactly one wins. A claim
     that fails lists the oldest items instead, in the same round trip, and the next claim names
@@ -81,9 +87,22 @@ class Queue(Collection):
 
     def put(self, value: Any) -> None:
         """Appends ``value`` to the queue."""
-        # The key only has to be unique; ordering comes from the create revision.
-        key = self._store.key(f"{time.time_ns():020d}-{uuid.uuid4().hex}")
-        created = self._store.write(key, encode_value(value))
+        data, slots = encode_value(value), self._listing.slots
+        # Keys only have to be unique among queued items; order is the create revision.
+        own = self._store.key(f"{slots.owner}-")
+        while True:
+            slot = slots.take()
+            key = f"{own}{slot}"
+            response = self._store.client.txn(
+                [create_revision_is(key, 0)], [put_op(key, data)],
+                [range_op(own, prefix=True, keys_only=True)])
+            if response.succeeded:
+                break
+            # Still queued (taken by nobody yet): learn which of our slots are.
+            slots.occupied({_slot(kv.key.decode()): int(kv.create_revision)
+                            for kv in response.responses[0].response_range.kvs})
+        created = int(response.header.revision)
+        slots.placed(slot, created)
         with self._listing.lock:
             if len(self._listing.mine) < LISTED:
                 self._listing.mine.append((key, created))
@@ -128,6 +147,8 @@ class Queue(Collection):
             claim = self._store.client.txn(compare, [delete_op(key, prev_kv=True)],
                                            [range_op(self._store.prefix, **LISTING)])
             if claim.succeeded:
+                if key.startswith(self._store.key(f"{listing.slots.owner}-")):
+                    listing.slots.claimed(_slot(key))
                 return bytes(claim.responses[0].response_delete_range.prev_kvs[0].value), 0
             if not self._relist(claim.responses[0].response_range):
                 return None, int(claim.header.revision)
@@ -149,3 +170,8 @@ class Queue(Collection):
     get_async = async_twin(get)
     empty_async = async_twin(empty)
     len_async = async_twin(__len__)
+
+
+def _slot(key: str) -> int:
+    """The slot number at the end of an item key ``.../<owner>-<slot>``."""
+    return int(key.rsplit("-", 1)[1])
