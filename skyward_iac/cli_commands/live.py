@@ -9,10 +9,8 @@ path).
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import shlex
-import socket
 import sys
 import threading
 from dataclasses import asdict, dataclass
@@ -195,32 +193,25 @@ def run_ls(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from skyward_iac.infra.stacks import gc, takedown
-    from skyward_iac.infra.stacks.stack import ClusterStack
-    from skyward_iac.infra.stacks.tags import StackRecord
+    from skyward_iac.infra.stacks import destroy
+    from skyward_iac.infra.stacks.takedown import down_reason
 
-    stack = ClusterStack.select(args.stack)  # StackNotFoundError: exit code 3
-    count = stack.resource_count()
-    if count == 0:
+    who = destroy.Destroyer(destroy.DOWN, down_reason(args.force, args.reason),
+                            force=args.force)
+    outcome = destroy.destroy(args.stack, who)  # StackNotFoundError: exit code 3
+    if outcome.status == destroy.ALREADY_DOWN:
         print(f"{args.stack} is already down")
         return OK
-    tags = stack.tags()
-    record = StackRecord(args.stack, tags, count)
-    seen = gc.look([record])
-    holder = takedown.Holder(
-        owner=tags.get("owner", "?"), host=tags.get("host", ""), pid=tags.get("pid", ""),
-        state=gc.owner_state(record, seen), lease_until=tags.get("lease_until", ""),
-        lease_lapsed=gc.lease_reason(record, seen),
-        lease_left=seconds_left(tags.get("lease_until"), seen.now))
-    if not args.force and (why := takedown.refusal(args.stack, holder)):
-        print(f"skyward-iac: {why}", file=sys.stderr)
+    if outcome.status == destroy.REFUSED:
+        print(f"skyward-iac: {outcome.detail}", file=sys.stderr)
         return REFUSED
-    actor = f"{getpass.getuser()}@{socket.gethostname()}"
-    message = takedown.takedown_message(actor, args.force, args.reason)
-    stack.mark_taken_down(message)  # the owner, if it still runs, stops instead of re-creating
-    stack.clear_crash_leftovers()
-    stack.destroy(message=message)
-    print(f"{args.stack} destroyed ({message})")
+    if outcome.status == destroy.BUSY:
+        print(f"skyward-iac: {args.stack} is locked by a running update; try again when it is "
+              "done", file=sys.stderr)
+        return ERROR
+    if outcome.error is not None:
+        raise outcome.error  # recorded as a failed destroy; the CLI explains the error
+    print(f"{args.stack} destroyed ({outcome.message})")
     return OK
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from skyward_iac.observability.events import TaskProgress
 
@@ -19,12 +19,20 @@ from skyward_iac.observability.events import TaskProgress
 PROGRESS_EVERY = 0.25
 
 
-class TaskTally:
-    """Succeeded and failed calls of stack ``stack``; ``load()`` gives (queued, running)."""
+class Named(Protocol):
+    """What names the pool (``orchestration.identity.PoolIdentity``, shared by its parts)."""
 
-    def __init__(self, stack: str, load: Callable[[], tuple[int, int]],
+    @property
+    def stack(self) -> str: ...
+
+
+class TaskTally:
+    """Succeeded and failed calls of the pool ``pool`` names; ``load()`` gives (queued,
+    running)."""
+
+    def __init__(self, pool: Named, load: Callable[[], tuple[int, int]],
                  emit: Callable[[TaskProgress], Any], interval: float = PROGRESS_EVERY) -> None:
-        self.stack = stack
+        self.pool = pool
         self.interval = interval
         self.succeeded = 0
         self.failed = 0
@@ -62,7 +70,7 @@ class TaskTally:
             delay = max(0.0, self._reported_at + self.interval - time.monotonic())
             self._timer = threading.Timer(delay, self._report)
             self._timer.daemon = True
-            self._timer.name = f"{self.stack}-progress"
+            self._timer.name = f"{self.pool.stack}-progress"
             self._timer.start()
 
     def _report(self) -> None:
@@ -72,4 +80,4 @@ class TaskTally:
             self._reported_at = time.monotonic()
             succeeded, failed = self.succeeded, self.failed
         queued, running = self._load()
-        self._emit(TaskProgress(self.stack, queued, running, succeeded, failed))
+        self._emit(TaskProgress(self.pool.stack, queued, running, succeeded, failed))

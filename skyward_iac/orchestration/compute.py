@@ -2,8 +2,8 @@
 
 ``Compute`` is a thin context manager: its constructor decides the pool (``plan.PoolPlan``:
 validation, offer, stack name; nothing provisioned), ``__enter__`` hands the plan to a
-``PoolLifecycle`` that provisions it, ``__exit__`` closes that lifecycle, which always ends
-with the stack destroyed.
+``PoolLifecycle`` (the sequencer: cold start or adoption, run, close) that provisions it,
+``__exit__`` closes that lifecycle, which always ends with the stack destroyed (or kept warm).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Compute:
     @property
     def stack_name(self) -> str:
         """The pool's stack (a warm pool's, once one was adopted)."""
-        return self.lifecycle.plan.stack_name if self.lifecycle is not None else self.plan.stack_name
+        return (self.lifecycle or self).plan.stack_name
 
     @property
     def spec(self) -> Spec:
@@ -83,9 +83,7 @@ class Compute:
     @property
     def request(self) -> Any:
         """The ``ClusterRequest`` in force (with any fallback it took)."""
-        if self.lifecycle is not None and self.lifecycle.reconciler is not None:
-            return self.lifecycle.reconciler.request
-        return self.plan.request
+        return self.lifecycle.request if self.lifecycle is not None else self.plan.request
 
     @property
     def pool(self) -> Pool | None:

@@ -32,6 +32,7 @@ from skyward_iac.api.errors import NodeConnectionError, SkywardError
 from skyward_iac.api.function import PendingFunction
 from skyward_iac.api.options import Options
 from skyward_iac.observability.bus import EventBus
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.task_events import TaskEvents
 from skyward_iac.remote.agent_client import Submission, fail
@@ -70,16 +71,16 @@ def call_for(pending: PendingFunction[Any], packed: PackedCall, task_id: int, no
 class Dispatcher:
     """Queue, placement, sending, and retries of lost calls (see the module doc)."""
 
-    def __init__(self, stack: str, options: Options, events: EventBus,
+    def __init__(self, identity: PoolIdentity, options: Options, events: EventBus,
                  task_ids: Iterable[int] | None = None) -> None:
-        self.stack = stack
+        self.identity = identity
         self.options = options
         worker = options.worker
         #: The slots every node always has (``concurrency`` plus a fixed ``buffer``).
         self.slots_per_node = worker.concurrency + worker.fixed_buffer
         self._paced = worker.buffer == "auto"
         self.task_ids = iter(task_ids or itertools.count(1))
-        self.events = TaskEvents(stack, events, self.load)
+        self.events = TaskEvents(identity, events, self.load)
         self._calls: deque[Call] = deque()
         self._wakeup = threading.Condition()
         #: Nodes in service, by index order (published by the pool's membership).
@@ -94,19 +95,13 @@ class Dispatcher:
         self._closed = False
         #: What closed the pool, when it was not a plain close (a spent budget).
         self._closed_by: SkywardError | None = None
-        threading.Thread(target=self._dispatch, name=f"{stack}-dispatch", daemon=True).start()
-
-    def rename(self, stack: str) -> None:
-        """The pool took over another stack (a warm pool): its events name that one."""
-        self.stack = self.events.stack = self.events.tally.stack = stack
+        threading.Thread(target=self._dispatch, name=f"{identity.stack}-dispatch",
+                         daemon=True).start()
 
     # ---- the nodes ------------------------------------------------------------------------
 
     def serve(self, nodes: tuple[Node, ...]) -> None:
         """Nodes in service from now on (by index order); new ones start taking calls."""
-        for node in nodes:
-            node.agent.on_results = self._slots_freed
-            node.agent.on_started = self.events.started
         with self._wakeup:
             self._service = nodes
             for node in nodes:
@@ -144,7 +139,7 @@ class Dispatcher:
             self._wakeup.notify()
         if retried:
             log.info("stack %s: %d call(s) of node %d will be retried once it is fenced",
-                     self.stack, len(retried), index)
+                     self.identity.stack, len(retried), index)
 
     def fenced(self, index: int) -> None:
         """Nothing of lost node ``index`` runs any more: its held calls may run again."""
@@ -163,7 +158,7 @@ class Dispatcher:
         if self._closed:
             if self._closed_by is not None:  # a copy: each late call its own traceback
                 raise copy.copy(self._closed_by)
-            raise NodeConnectionError(f"pool {self.stack} is closed")
+            raise NodeConnectionError(f"pool {self.identity.stack} is closed")
         self.events.watch(calls)
         with self._wakeup:
             self._calls.extend(calls)
@@ -296,8 +291,9 @@ class Dispatcher:
         reasons = "; ".join(f"node {i}: {why}" for i, why in sorted(self._why_out.items()))
         return f"no node is in service ({reasons or 'the pool has no nodes'})"
 
-    def _slots_freed(self) -> None:
-        # Called by a node's reader thread after results: the dispatcher may place more.
+    def slots_freed(self) -> None:
+        """Results came back from a node (its agent client calls this from its reader thread,
+        ``NodeLaunch.on_results``): the dispatcher may place more."""
         if self._calls:
             with self._wakeup:
                 self._wakeup.notify()
@@ -325,7 +321,7 @@ class Dispatcher:
             self._closed_by = error
             queued, self._calls = list(self._calls), deque()
             self._wakeup.notify_all()
-        fail(queued, error or NodeConnectionError(f"pool {self.stack} closed: {reason}"))
+        fail(queued, error or NodeConnectionError(f"pool {self.identity.stack} closed: {reason}"))
         self.events.flush()
 
     @property

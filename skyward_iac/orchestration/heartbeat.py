@@ -31,6 +31,7 @@ from skyward_iac.api.deadlines import (
     beat_timeout,
     unreached_too_long,
 )
+from skyward_iac.orchestration.identity import PoolIdentity
 
 log = logging.getLogger("skyward")
 
@@ -70,13 +71,13 @@ class Heartbeat:
     seconds: it has stopped itself by now.
     """
 
-    def __init__(self, ttl: float, on_silent: Callable[[int, str], Any], stack: str = "",
-                 notes: Notes | None = None) -> None:
+    def __init__(self, ttl: float, on_silent: Callable[[int, str], Any],
+                 identity: PoolIdentity, notes: Notes | None = None) -> None:
         self.ttl = ttl
         self.notes = notes
         self.interval = beat_interval(ttl)
         self.on_silent = on_silent
-        self.stack = stack
+        self.identity = identity
         self._beats: dict[int, _Beat] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -129,7 +130,8 @@ class Heartbeat:
                 if unreached_too_long(beat.last_ok, now, self.ttl) and not self._stopped.is_set():
                     self.remove(beat.index, beat.connection)
                     log.error("stack %s: no heartbeat reached node %d for %.0fs (ttl %gs): it has "
-                              "stopped itself", self.stack, beat.index, silent, self.ttl)
+                              "stopped itself", self.identity.stack, beat.index, silent,
+                              self.ttl)
                     self.on_silent(beat.index, f"no heartbeat reached it for {silent:.0f}s "
                                                f"(ttl {self.ttl:g}s)")
 
@@ -162,11 +164,12 @@ class Heartbeat:
             # Loud, and again every few failures: a node whose beats fail stops itself at ttl.
             if beat.failures == 1 or beat.failures % 5 == 0:
                 log.warning("stack %s: heartbeat to node %d failed (%s: %s); no beat for %.0fs, "
-                            "it stops itself after %gs", self.stack, beat.index,
+                            "it stops itself after %gs", self.identity.stack, beat.index,
                             type(exc).__name__, exc, silent, self.ttl)
             return
         if beat.failures:
-            log.info("stack %s: heartbeat to node %d works again", self.stack, beat.index)
+            log.info("stack %s: heartbeat to node %d works again", self.identity.stack,
+                     beat.index)
         beat.failures = 0
         beat.last_ok = time.monotonic()
 

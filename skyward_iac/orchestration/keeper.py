@@ -31,9 +31,12 @@ from skyward_iac.api.deadlines import warm_until
 from skyward_iac.infra.stacks import home, leases
 from skyward_iac.orchestration import warm
 from skyward_iac.orchestration.heartbeat import Heartbeat
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.remote import ssh
 
 log = logging.getLogger("skyward.keeper")
+#: How long the keeper's destroy waits for another update's lock on the stack (a gc run).
+DESTROY_PATIENCE = 120.0
 
 
 def start_keeper(pool: warm.WarmPool, key: str, keep_warm: float, ttl: int,
@@ -88,7 +91,7 @@ class Keeper:
     def _keep(self) -> None:
         stack = self.pool.stack
         if self.ttl:
-            self.heartbeat = Heartbeat(self.ttl, self._silent, stack)
+            self.heartbeat = Heartbeat(self.ttl, self._silent, PoolIdentity(stack))
         for address in self.pool.outputs.nodes:
             connection = ssh.connect(address, self.pool.outputs.ssh_private_key,
                                      self.ssh_timeout)
@@ -182,12 +185,19 @@ class Keeper:
             log.warning("tagging %s warm failed: %s", self.pool.stack, exc)
 
     def _destroy(self, why: str) -> None:
+        """Destroy the stack through the one destroy path, as the process that holds it."""
+        from skyward_iac.infra.stacks import destroy
         from skyward_iac.infra.stacks.stack import ClusterStack
 
         log.info("destroying %s: %s", self.pool.stack, why)
         stack = ClusterStack.select(self.pool.stack)
         stack.set_warm(None)
-        stack.destroy(message=f"skyward: warm pool {why}")
+        outcome = destroy.destroy(stack, destroy.Destroyer(
+            destroy.KEEPER, f"warm pool {why}", holds=True, patience=DESTROY_PATIENCE))
+        if outcome.error is not None:
+            log.error("destroying %s failed (gc collects it once its nodes stopped): %s",
+                      self.pool.stack, outcome.detail)
+            return
         log.info("%s destroyed", self.pool.stack)
 
 

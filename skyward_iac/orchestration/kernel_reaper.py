@@ -15,13 +15,16 @@ import select
 import socket
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from skyward_iac.api.errors import StackBusyError
 from skyward_iac.infra.stacks.tags import StackRecord, process_started
 from skyward_iac.processes import is_alive
 
+if TYPE_CHECKING:
+    from skyward_iac.infra.stacks.destroy import Outcome
+
 log = logging.getLogger("skyward.kernel_reaper")
-#: How long a stack locked by someone else (a gc run) is retried before giving up on it.
+#: How long a stack locked by someone else (a gc run) is waited for before giving up on it.
 BUSY_PATIENCE = 120.0
 
 
@@ -53,21 +56,14 @@ def wait_for_exit(pid: int, started: str, poll: float = 1.0) -> None:
         time.sleep(poll)
 
 
-def destroy(name: str, pid: int) -> None:
-    """Destroy one stack left by the kernel ``pid``; a lock its crash left is cleared first."""
-    from skyward_iac.infra.stacks.stack import ClusterStack
+def destroy(name: str, pid: int) -> Outcome:
+    """Destroy one stack left by the kernel ``pid`` through the one destroy path: the kernel
+    is gone, so the path lets it go unless another process holds the stack now (an adopter of
+    its warm pool)."""
+    from skyward_iac.infra.stacks import destroy as destroy_path
 
-    deadline = time.monotonic() + BUSY_PATIENCE
-    while True:
-        try:
-            stack = ClusterStack.select(name)
-            stack.clear_crash_leftovers()
-            stack.destroy(message=f"skyward: the Jupyter kernel (pid {pid}) ended")
-            return
-        except StackBusyError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    return destroy_path.destroy(name, destroy_path.Destroyer(
+        destroy_path.REAPER, f"the Jupyter kernel (pid {pid}) ended", patience=BUSY_PATIENCE))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,12 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for name in names:
         try:
-            destroy(name, args.pid)
-            log.info("%s destroyed", name)
+            outcome = destroy(name, args.pid)
+            why = outcome.detail
         except Exception as exc:  # noqa: BLE001 - one stack's failure must not stop the others
+            outcome, why = None, str(exc)
+        if outcome is not None and outcome.gone:
+            log.info("%s: %s", name, outcome.status)
+        elif outcome is not None and outcome.error is None:  # refused: another holds it now
+            log.warning("%s: left alone: %s", name, why)
+        else:
             failed += 1
-            log.error("%s: destroy failed (`skyward-iac gc` retries it once expired, "
-                      "`skyward-iac down %s` now): %s", name, name, exc)
+            log.error("%s: destroy failed (`skyward-iac gc` collects it later, `skyward-iac "
+                      "down %s` now): %s", name, name, why)
     return 1 if failed else 0
 
 

@@ -25,6 +25,7 @@ from skyward_iac.observability.events import (
     Event,
     InstanceBootstrapped,
 )
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.remote import container as docker
 from skyward_iac.remote import ssh
@@ -104,29 +105,30 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
 
 
 def _bootstrap_reporters(
-    stack: str, node: int, on_event: Callable[[Event], Any] | None,
+    identity: PoolIdentity, node: int, on_event: Callable[[Event], Any] | None,
 ) -> tuple[Callable[[StepUpdate], Any] | None, Callable[[str], Any] | None]:
     """The bootstrap's step and line callbacks, as ``BootstrapPhase``/``BootstrapConsole``."""
     if on_event is None:
         return None, None
 
     def on_step(update: StepUpdate) -> None:
-        on_event(BootstrapPhase(stack=stack, node=node, phase=update.name, status=update.status,
-                                index=update.index, total=update.total,
+        on_event(BootstrapPhase(stack=identity.stack, node=node, phase=update.name,
+                                status=update.status, index=update.index, total=update.total,
                                 duration=update.duration, detail=update.detail))
 
     def on_line(line: str) -> None:
-        on_event(BootstrapConsole(stack=stack, node=node, line=line))
+        on_event(BootstrapConsole(stack=identity.stack, node=node, line=line))
 
     return on_step, on_line
 
 
 @dataclass(frozen=True)
 class NodeLaunch:
-    """What every node start of one pool shares: timeouts, and where each node's output,
-    events, metrics, notices and lost tasks go."""
+    """What every node start of one pool shares: the pool's identity, timeouts, and where
+    each node's output, events, metrics, notices, results and lost tasks go: every callback
+    of a node's ``AgentClient`` is wired from here, in one place (``Node._attached``)."""
 
-    stack: str
+    identity: PoolIdentity
     ssh_timeout: float
     ssh_retry_interval: float
     on_output: Callable[[int, str, str], Any]
@@ -137,6 +139,9 @@ class NodeLaunch:
     on_contact: Callable[[int, fabric.Connection, str], Any] | None = None
     on_metrics: Callable[[int, tuple[Any, ...]], Any] | None = None
     on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
+    #: Results came back (the dispatcher may place more), and a worker started a task.
+    on_results: Callable[[], Any] | None = None
+    on_started: Callable[[int, Submission], Any] | None = None
     #: The pool's task ids: one sequence for every node, so an id names one task.
     task_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     #: The pool's node-side plugin hooks, pickled (sent with every Configure).
@@ -164,7 +169,8 @@ class Node:
         started = time.monotonic()
         connection = _connect(launch, outputs, address, plan)
         try:
-            on_step, on_line = _bootstrap_reporters(launch.stack, address.index, launch.on_event)
+            on_step, on_line = _bootstrap_reporters(launch.identity, address.index,
+                                                    launch.on_event)
             port = bootstrap(connection, plan, outputs.agent_token, on_step, on_line)
             node = cls._attached(launch, outputs, address, connection, port, plan, instance,
                                  collections)
@@ -172,7 +178,7 @@ class Node:
             connection.close()
             raise
         if launch.on_event is not None:
-            launch.on_event(InstanceBootstrapped(stack=launch.stack, node=address.index,
+            launch.on_event(InstanceBootstrapped(stack=launch.identity.stack, node=address.index,
                                                  duration=time.monotonic() - started))
         return node
 
@@ -198,6 +204,7 @@ class Node:
         agent = AgentClient(channel, outputs.agent_token, address.index, ids=launch.task_ids,
                             on_output=launch.on_output, on_lost=launch.on_lost)
         agent.on_metrics, agent.on_preemption = launch.on_metrics, launch.on_preemption
+        agent.on_results, agent.on_started = launch.on_results, launch.on_started
         node = cls(address, connection, agent, port, plan, launch.plugins)
         node.configure(instance, collections)
         return node

@@ -21,6 +21,7 @@ from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.events import InstancePreempted, Log, Metric
 from skyward_iac.orchestration.dispatch import Dispatcher
 from skyward_iac.orchestration.heartbeat import Heartbeat
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.orchestration.membership import Membership
 from skyward_iac.orchestration.node import Node, NodeLaunch
 from skyward_iac.remote.agent_client import Submission
@@ -31,23 +32,27 @@ log = logging.getLogger("skyward")
 class NodeEvents:
     """The callbacks every node of one pool reports to (see the module doc)."""
 
-    def __init__(self, stack: str, membership: Membership, dispatcher: Dispatcher,
-                 events: EventBus, on_output: Callable[[int, str, str], Any]) -> None:
-        self.stack = stack
+    def __init__(self, identity: PoolIdentity, membership: Membership, dispatcher: Dispatcher,
+                 events: EventBus, on_output: Callable[[int, str, str], Any],
+                 heartbeat: Heartbeat | None = None) -> None:
+        self.identity = identity
         self.membership = membership
         self.dispatcher = dispatcher
         self.events = events
         self.on_output = on_output
-        self.heartbeat: Heartbeat | None = None
+        self.heartbeat = heartbeat
 
     def launch(self, ssh_timeout: float, ssh_retry_interval: float,
                plugins: bytes | None) -> NodeLaunch:
-        """What every node start of the pool is given: these callbacks, and the heartbeat's."""
+        """What every node start of the pool is given: these callbacks, the dispatcher's and
+        the heartbeat's (the one place a node's agent callbacks come from)."""
         return NodeLaunch(
-            stack=self.stack, ssh_timeout=ssh_timeout, ssh_retry_interval=ssh_retry_interval,
+            identity=self.identity, ssh_timeout=ssh_timeout,
+            ssh_retry_interval=ssh_retry_interval,
             on_output=self.output, on_lost=self.lost, on_event=self.events.emit,
             on_contact=self.heartbeat.add if self.heartbeat is not None else None,
             on_metrics=self.metrics, on_preemption=self.preempted,
+            on_results=self.dispatcher.slots_freed, on_started=self.dispatcher.events.started,
             task_ids=self.dispatcher.task_ids, plugins=plugins)
 
     # ---- what nodes say ---------------------------------------------------------------------
@@ -57,12 +62,13 @@ class NodeEvents:
         self.on_output(node, stream, text)
         if self.events.listens(Log):
             for line in text.splitlines():
-                self.events.emit(Log(stack=self.stack, line=line, node=node, stream=stream))
+                self.events.emit(Log(stack=self.identity.stack, line=line, node=node,
+                                     stream=stream))
 
     def metrics(self, node: int, samples: tuple[Any, ...]) -> None:
         """A node's ``node.sampler.MetricSample``s, as ``Metric`` events."""
         for sample in samples:
-            self.events.emit(Metric(stack=self.stack, node=node, name=sample.name,
+            self.events.emit(Metric(stack=self.identity.stack, node=node, name=sample.name,
                                     value=sample.value, unit=sample.unit, device=sample.device,
                                     timestamp=sample.timestamp))
 
@@ -91,9 +97,10 @@ class NodeEvents:
         self.dispatcher.lost(index, lost, reason)
         if node is None:
             return
-        self.events.report(InstancePreempted(stack=self.stack, node=index, reason=reason), log,
+        stack = self.identity.stack
+        self.events.report(InstancePreempted(stack=stack, node=index, reason=reason), log,
                            logging.WARNING, "stack %s: node %d out of service (%s); replacing it",
-                           self.stack, index, reason)
+                           stack, index, reason)
         threading.Thread(target=self._fence, args=(node,), name=f"fence-node-{index}",
                          daemon=True).start()
 

@@ -74,7 +74,6 @@ class Pool:
     def __init__(self, plan: PoolPlan, dispatcher: Dispatcher, membership: Membership,
                  collections: ClientCollections | None, events: EventBus,
                  resizer: Resizer) -> None:
-        self.stack_name = plan.stack_name
         self.options = plan.options
         self.events = events
         self._dispatcher = dispatcher
@@ -82,6 +81,11 @@ class Pool:
         self._collections = collections
         self._resizer = resizer
         self._default_timeout = plan.options.default_compute_timeout
+
+    @property
+    def stack_name(self) -> str:
+        """The pool's stack, as its identity names it (shared by every part of the pool)."""
+        return self._dispatcher.identity.stack
 
     # ---- the nodes ---------------------------------------------------------------------------
 

@@ -59,7 +59,10 @@ class Reconciler:
     def __init__(self, plan: PoolPlan, stack: ClusterStack, membership: Membership,
                  dispatcher: Dispatcher, launch: NodeLaunch, events: EventBus,
                  on_node_gone: Callable[[int, Any], Any] | None = None) -> None:
+        #: The plan in force: capacity failover moves it (``_up``); its stack stays the one
+        #: the pool's identity names (``launch.identity``, shared with every other part).
         self.plan = plan
+        self.identity = launch.identity
         self.stack = stack
         self.membership = membership
         self.dispatcher = dispatcher
@@ -78,7 +81,8 @@ class Reconciler:
         self._wake = threading.Event()
         self._busy = threading.Lock()
         self._stopped = threading.Event()
-        self._starts = ThreadPoolExecutor(max_workers=32, thread_name_prefix=f"{plan.stack_name}-node")
+        self._starts = ThreadPoolExecutor(max_workers=32,
+                                          thread_name_prefix=f"{self.identity.stack}-node")
         self._thread: threading.Thread | None = None
         self._previous: dict[int, str] = {}
 
@@ -90,7 +94,7 @@ class Reconciler:
 
     def start(self) -> None:
         """Converge in a background thread from now on."""
-        self._thread = threading.Thread(target=self._run, name=f"{self.plan.stack_name}-converge",
+        self._thread = threading.Thread(target=self._run, name=f"{self.identity.stack}-converge",
                                         daemon=True)
         self._thread.start()
 
@@ -118,10 +122,10 @@ class Reconciler:
             except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
                 failures += 1
                 self.events.report(
-                    Error(stack=self.plan.stack_name,
+                    Error(stack=self.identity.stack,
                           message=f"converging failed (attempt {failures}): {exc}"),
                     log, logging.ERROR, "stack %s: converging failed (attempt %d): %s",
-                    self.plan.stack_name, failures, exc)
+                    self.identity.stack, failures, exc)
 
     def _backoff(self, failures: int) -> float:
         delay = self.plan.options.provision_retry_delay or 2.0
@@ -140,14 +144,14 @@ class Reconciler:
             if step is None:
                 return False
             if self.outputs is not None and (who := self._taken_down_by()):
-                self._taken_down(f"stack {self.plan.stack_name} was taken down by {who}; the "
+                self._taken_down(f"stack {self.identity.stack} was taken down by {who}; the "
                                  "pool stops")
                 return False
             self._converge(step, declared)
             return True
 
     def _converge(self, step: ConvergeStep, declared: int) -> None:
-        name = self.plan.stack_name
+        name = self.identity.stack
         self._drain(self.membership.leaving(step.retire))
         self._previous = {i: self.outputs.node(i).public_address for i in step.replace
                           if self.outputs is not None}
@@ -185,9 +189,9 @@ class Reconciler:
 
         def move(moved: ClusterRequest, place: Alternative, attempt: int, reason: str) -> None:
             log.warning("stack %s: no capacity (%s); trying %s (%s), place %d of at most %d",
-                        self.plan.stack_name, reason, place.where, place.why, attempt, limit)
+                        self.identity.stack, reason, place.where, place.why, attempt, limit)
             assert moved.offer is not None
-            self.emit(ProvisionRetried(stack=self.plan.stack_name, attempt=attempt,
+            self.emit(ProvisionRetried(stack=self.identity.stack, attempt=attempt,
                                        reason=reason, region=moved.offer.region,
                                        zone=moved.zone, why=place.why))
             self.plan = self.plan.moved_to(moved)
@@ -205,7 +209,7 @@ class Reconciler:
                 require_plugin(choice.spec.provider.kind)
                 require_credentials(choice.spec.provider.kind)
             except Exception as exc:  # noqa: BLE001 - that Spec cannot be tried here
-                log.info("stack %s: fallback Spec %s left out: %s", self.plan.stack_name,
+                log.info("stack %s: fallback Spec %s left out: %s", self.identity.stack,
                          choice.spec.provider.kind, exc)
                 continue
             usable.append(choice)
@@ -253,7 +257,7 @@ class Reconciler:
 
     def _start(self, index: int, outputs: ClusterOutputs) -> None:
         """Bring node ``index`` into service (in a start thread)."""
-        name = self.plan.stack_name
+        name = self.identity.stack
         try:
             address = outputs.node(index)
             node = Node.start(self.launch, outputs, address,
@@ -327,7 +331,7 @@ class Reconciler:
         return self.stack.tags().get("down_by") or None
 
     def _taken_down(self, reason: str) -> None:
-        self.events.report(Error(stack=self.plan.stack_name, message=reason, fatal=True), log,
-                           logging.ERROR, "stack %s: %s", self.plan.stack_name, reason)
+        self.events.report(Error(stack=self.identity.stack, message=reason, fatal=True), log,
+                           logging.ERROR, "stack %s: %s", self.identity.stack, reason)
         self.membership.stop(reason)
         self.dispatcher.close(reason)

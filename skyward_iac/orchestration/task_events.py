@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.events import TaskCompleted, TaskQueued, TaskStarted
 from skyward_iac.observability.task_progress import TaskTally
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.remote.agent_client import Submission
 
 if TYPE_CHECKING:
@@ -25,11 +26,12 @@ if TYPE_CHECKING:
 class TaskEvents:
     """Emits a pool's task events on ``bus`` (see the module doc)."""
 
-    def __init__(self, stack: str, bus: EventBus, load: Callable[[], tuple[int, int]]) -> None:
-        self.stack = stack
+    def __init__(self, identity: PoolIdentity, bus: EventBus,
+                 load: Callable[[], tuple[int, int]]) -> None:
+        self.identity = identity
         self.bus = bus
         #: Counts calls for ``TaskProgress`` while anyone listens.
-        self.tally = TaskTally(stack, load, bus.emit)
+        self.tally = TaskTally(identity, load, bus.emit)
         #: Unfinished calls someone listens to, by their future.
         self._watched: dict[Future[Any], Call] = {}
 
@@ -38,7 +40,8 @@ class TaskEvents:
         if not len(self.bus):
             return
         detail = self.bus.task_detail
-        emit, stack, watched, completed = self.bus.emit, self.stack, self._watched, self._completed
+        emit, stack, watched, completed = self.bus.emit, self.identity.stack, self._watched, \
+            self._completed
         for call in calls:
             if detail:
                 emit(TaskQueued(stack, call.task_id, call.name, call.node))
@@ -53,7 +56,8 @@ class TaskEvents:
     def started(self, node: int, submission: Submission) -> None:
         """A worker on ``node`` started ``submission`` (called by its agent client)."""
         if self.bus.task_detail:
-            self.bus.emit(TaskStarted(self.stack, submission.task_id, submission.name, node))
+            self.bus.emit(TaskStarted(self.identity.stack, submission.task_id, submission.name,
+                                      node))
 
     def _completed(self, future: Future[Any]) -> None:
         call = self._watched.pop(future)
@@ -65,7 +69,7 @@ class TaskEvents:
             error = None if exc is None else f"{type(exc).__name__}: {exc}"
         if error is not None or self.bus.task_detail:
             self.bus.emit(TaskCompleted(
-                self.stack, call.task_id, call.name,
+                self.identity.stack, call.task_id, call.name,
                 call.sent_to if call.sent_to is not None else -1, error is None,
                 call.duration or 0.0, error))
         self.tally.completed(error is None)

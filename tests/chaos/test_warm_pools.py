@@ -6,16 +6,20 @@ keeper's nodes still stop after ttl."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import skyward_iac as sky
 from skyward_iac.infra.stacks.stack import ClusterStack
+from skyward_iac.infra.stacks.tags import ended_of
 from skyward_iac.orchestration import warm
 from tests.chaos.test_lifecycle_chaos import ROOT, skyward_iac, wait_until_gone
 
@@ -26,7 +30,7 @@ CHILD = Path(__file__).with_name("warm_child.py")
 def open_pool(nodes: int, keep_warm: float, mark: str = "a") -> dict[str, str]:
     """Run one client process that opens a pool and leaves it; what it printed, by key."""
     done = subprocess.run([sys.executable, str(CHILD), str(nodes), str(keep_warm), mark],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     return dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
@@ -83,6 +87,40 @@ def test_the_next_equal_pool_adopts_the_warm_nodes_and_a_different_one_does_not(
     wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")
 
 
+@sky.function
+def say(word: str) -> str:
+    print(word)
+    return word
+
+
+def test_every_event_after_a_warm_adoption_names_the_adopted_stack() -> None:
+    """The adopter's plan named a stack of its own until it claimed the warm one; its parts are
+    built once the claim settled it, sharing one identity, so no later event names the stack
+    it asked for (which never existed): not its tasks' output, metrics and progress, nor the
+    bootstrap of a node a resize adds."""
+    spec: dict[str, Any] = {"provider": sky.Local(), "nodes": 1, "ttl": 20,
+                            "image": sky.Image(env={"MARK": "identity"})}
+    quiet = {"console": False, "gc_on_start": False}
+    with sky.Compute(**spec, options=sky.Options(keep_warm=120, **quiet)) as pool:
+        warm_stack = pool.stack_name
+    seen: list[Any] = []
+    adopter = sky.Compute(**spec, options=sky.Options(**quiet), on_event=seen.append)
+    asked = adopter.plan.stack_name
+    with adopter as pool:
+        assert adopter.lifecycle is not None and adopter.lifecycle.adopted
+        assert pool.stack_name == adopter.stack_name == warm_stack != asked
+        assert say("hello") >> pool == "hello"  # a Log event
+        pool.resize(2)  # a node bootstrapped for the adopted stack
+        assert sorted(say("again") @ pool) == ["again", "again"]
+        time.sleep(1.5)  # a metric sample or two (every second by default)
+    named = {(type(event).__name__, event.stack) for event in seen}
+    assert {stack for _, stack in named} == {warm_stack}, sorted(named)
+    kinds = {kind for kind, _ in named}
+    assert {"ClusterRequested", "ClusterReady", "Log", "Metric", "TaskProgress",
+            "BootstrapPhase", "InstanceBootstrapped", "ClusterDestroyed"} <= kinds, kinds
+    wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")
+
+
 def test_one_adopter_at_a_time() -> None:
     first = open_pool(1, keep_warm=120, mark="race")
     results: list[dict[str, str]] = []
@@ -100,13 +138,18 @@ def test_one_adopter_at_a_time() -> None:
 
 
 def test_an_unclaimed_warm_pool_is_destroyed_when_keep_warm_runs_out() -> None:
-    first = open_pool(1, keep_warm=6, mark="unclaimed")
+    # Long enough that the keeper still keeps it when the client has exited, on a loaded machine.
+    first = open_pool(1, keep_warm=20, mark="unclaimed")
     stack = first["STACK"]
     assert ClusterStack.select(stack).resource_count() > 0
     wait(lambda: ClusterStack.select(stack).resource_count() == 0, 90, "never destroyed")
     wait_until_gone(stack, 30)
-    history = ClusterStack.select(stack).history()
-    assert "warm pool unclaimed" in (history[0].message or "")
+    handle = ClusterStack.select(stack)
+    message, ended = handle.history()[0].message or "", ended_of(handle.tags())
+    # The keeper destroyed it through the one destroy path, as the process holding it.
+    assert re.fullmatch(r"skyward: destroyed by \S+: warm pool unclaimed for 20s", message), \
+        message
+    assert ended["via"] == "keeper" and ended["reason"] == "warm pool unclaimed for 20s", ended
     wait(lambda: not keepers(), 30, "the keeper did not exit")
 
 

@@ -136,7 +136,8 @@ def test_a_spent_budget_fails_the_pending_call_and_destroys_a_running_pool() -> 
     # The call failed as the budget ran out, not at the end of the teardown.
     assert seen["failed"] - seen["pending"] < budget
     assert_gone(stack)
-    assert ended(stack).startswith(f"skyward: budget spent: ${budget}.")
+    assert re.fullmatch(rf"skyward: destroyed by \S+: budget spent: \${budget}\.\d\d of .*",
+                        ended(stack)), ended(stack)
 
 
 def read_note(node: Path) -> int:

@@ -119,8 +119,9 @@ def test_down_refuses_a_live_owner_then_force_destroys_and_repeats_harmlessly(
         assert code == NOT_FOUND and "is down" in err
         history = ClusterStack.select(stack).history()
         assert history[0].kind == "destroy"
-        assert history[0].message == (f"skyward-iac down --force by {getpass.getuser()}@"
-                                      f"{socket.gethostname()}: a hung owner")
+        assert history[0].message == (f"skyward: destroyed by {getpass.getuser()}@"
+                                      f"{socket.gethostname()}: skyward-iac down --force: "
+                                      "a hung owner")
     finally:
         os.kill(owner.process.pid, signal.SIGCONT)
 

@@ -50,7 +50,8 @@ def test_a_teammates_down_of_a_live_pool_is_refused_until_forced(
         history = skyward_iac(b, "machine-b", "history", "--json")
         assert history.returncode == 0, history.stderr
         [run] = [r for r in json.loads(history.stdout) if r["stack"] == stack]
-        assert run["ended"] == "skyward-iac down --force by bo@machine-b: load test over"
+        assert run["ended"] == ("skyward: destroyed by bo@machine-b: skyward-iac down --force: "
+                                "load test over")
         assert run["live_resources"] == 0
     finally:
         if owner.poll() is None:

@@ -15,6 +15,7 @@ import pytest
 from skyward_iac.observability import events as ev
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.observability.engine_events import EngineEventTranslator
+from skyward_iac.orchestration.identity import PoolIdentity
 
 S = "local-root-20260101-000000-abcdef"
 
@@ -209,7 +210,7 @@ def test_tally_reports_at_most_every_interval_and_always_the_final_counts() -> N
         seen.set()
 
     load = [5, 1]
-    tally = TaskTally(S, lambda: (load[0], load[1]), record, interval=0.3)
+    tally = TaskTally(PoolIdentity(S), lambda: (load[0], load[1]), record, interval=0.3)
     started = time.monotonic()
     tally.changed()
     assert seen.wait(5)  # the first report comes at once, on a timer thread
@@ -231,7 +232,7 @@ def test_tally_flush_reports_a_pending_change_at_once() -> None:
     from skyward_iac.observability.task_progress import TaskTally
 
     got: list[ev.TaskProgress] = []
-    tally = TaskTally(S, lambda: (0, 0), got.append, interval=60)
+    tally = TaskTally(PoolIdentity(S), lambda: (0, 0), got.append, interval=60)
     tally.flush()
     assert got == []  # nothing pending
     tally.changed()

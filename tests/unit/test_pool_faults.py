@@ -19,9 +19,10 @@ from skyward_iac.node import protocol
 from skyward_iac.node.messages import Welcome
 from skyward_iac.observability.bus import EventBus
 from skyward_iac.orchestration.dispatch import Call, Dispatcher, call_for
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.orchestration.membership import Membership
 from skyward_iac.orchestration.plan import Bounds
-from skyward_iac.orchestration.teardown import Teardown
+from skyward_iac.orchestration.teardown import Phase, Teardown
 from skyward_iac.remote.agent_client import AgentClient, Submission
 from skyward_iac.remote.calls import pack_call
 from skyward_iac.remote.pacing import Pace
@@ -78,23 +79,25 @@ class FakeNode:
 
 
 class Harness:
-    """A dispatcher and a membership wired as ``PoolLifecycle`` wires them."""
+    """A dispatcher and a membership wired as ``PoolParts`` wires them."""
 
     def __init__(self, nodes: int, retries: int = 3, timeout: float = 300.0,
                  worker: sky.Worker | None = None) -> None:
         options = sky.Options(retry_on_interruption=retries, default_compute_timeout=timeout,
                               console=False, worker=worker or sky.Worker(concurrency=2))
-        self.dispatcher = Dispatcher("test", options, EventBus())
+        self.dispatcher = Dispatcher(PoolIdentity("test"), options, EventBus())
         self.membership = Membership(Bounds(nodes, nodes, nodes), self.dispatcher.serve,
                                      lambda: None)
         self.membership.declared_now(nodes, tuple(range(nodes)))
         self.nodes = [FakeNode(i, FakeAgent(i)) for i in range(nodes)]
-        for node in self.nodes:
+        for node in self.nodes:  # as ``NodeLaunch`` wires every agent client
             node.agent.on_lost = self.lost
+            node.agent.on_results = self.dispatcher.slots_freed
+            node.agent.on_started = self.dispatcher.events.started
             assert self.membership.joined(node.index, node)  # type: ignore[arg-type]
 
     def lost(self, index: int, submissions: list[Submission], reason: str) -> None:
-        # PoolLifecycle._out_of_service: out of service first, then the calls.
+        # NodeEvents.out_of_service: out of service first, then the calls.
         self.membership.lose(index, reason)
         self.dispatcher.out_of_service(index, reason)
         self.dispatcher.lost(index, submissions, reason)
@@ -132,13 +135,14 @@ def test_close_skips_cancelled_and_finished_futures_and_fails_the_rest() -> None
 
 def test_teardown_runs_every_step_and_raises_the_first_error() -> None:
     ran: list[str] = []
-    teardown = Teardown("s")
-    teardown.add("destroy", lambda: ran.append("destroy"))
-    teardown.add("collections", lambda: (_ for _ in ()).throw(RuntimeError("etcd is dead")))
-    teardown.add("ctrl-c", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+    teardown = Teardown(PoolIdentity("s"))
+    teardown.add(Phase.STACK, "destroy", lambda: ran.append("destroy"))
+    teardown.add(Phase.COLLECTIONS, "collections",
+                 lambda: (_ for _ in ()).throw(RuntimeError("etcd is dead")))
+    teardown.add(Phase.PLUGINS, "ctrl-c", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         teardown.run()
-    assert ran == ["destroy"]  # registered first, run last, whatever the others raised
+    assert ran == ["destroy"]  # its phase is last, and it runs whatever the others raised
     assert [name for name, _ in teardown.errors] == ["ctrl-c", "collections"]
 
 

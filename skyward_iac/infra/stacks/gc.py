@@ -10,92 +10,42 @@ comparing two machines' clocks (``api/deadlines.py``):
   ``MAX_CLOCK_SKEW`` ago).
 
 A warm pool is left to its keeper until ``warm_until``. Stacks without a lease (``ttl=0``, or
-from before leases) keep the older rule: expired, and the owner gone. Collection clears what a
-crash leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``, then destroys.
-Running two collectors at once is safe: the second finds the stack locked and skips it.
+from before leases) keep the older rule: expired, and the owner gone. Who the owner is and
+whether its lease holds is ``owners.py``'s judgement, the one ``down`` and every other destroyer
+use. Collection goes through the one destroy path (``destroy.py``): it clears what a crash
+leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``, destroys, and records
+``gc: WHY`` as the reason. Running two collectors at once is safe: the second finds the stack
+locked and skips it.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from skyward_iac.api.deadlines import LeaseSighting, lease_lapsed, wall_passed
-from skyward_iac.api.errors import StackBusyError
+from skyward_iac.api.deadlines import wall_passed
 from skyward_iac.infra.engine.provider_host import reap_orphans
 from skyward_iac.infra.engine.state_repair import repair as repair_state
 from skyward_iac.infra.programs.local_node import orphan_sandboxes, sandbox_dirs
-from skyward_iac.infra.stacks import home, leases
+from skyward_iac.infra.stacks import destroy, home
 from skyward_iac.infra.stacks.leases import LEASE_UNTIL
-from skyward_iac.infra.stacks.planned import expired_plan_reason
-from skyward_iac.infra.stacks.tags import (
-    WARM_UNTIL,
-    ProcessId,
-    StackRecord,
-    boot_id,
-    process_started,
+from skyward_iac.infra.stacks.owners import (
+    DEAD,
+    ELSEWHERE,
+    RUNNING,
+    Look,
+    lease_reason,
+    look,
+    owner_state,
 )
-from skyward_iac.processes import is_alive, stop_sandbox
+from skyward_iac.infra.stacks.planned import expired_plan_reason
+from skyward_iac.infra.stacks.stack import ClusterStack, list_records
+from skyward_iac.infra.stacks.tags import WARM_UNTIL, StackRecord
+from skyward_iac.processes import stop_sandbox
 
 log = logging.getLogger("skyward")
-
-#: What ``owner_state`` says of a stack's owner.
-RUNNING, DEAD, ELSEWHERE = "running", "dead", "elsewhere"
-
-
-def _nobody(stack: str) -> list[ProcessId]:
-    return []
-
-
-@dataclass(frozen=True, slots=True)
-class Look:
-    """One look at the stacks from this machine: its wall and monotonic clocks, which machine
-    and boot it is, whether a pid (with its start time) runs here, the holders recorded here
-    and the leases' sightings."""
-
-    now: datetime
-    host: str
-    alive: Callable[[int, str], bool]
-    boot: str = ""
-    mono: float = 0.0
-    holders: Callable[[str], list[ProcessId]] = _nobody
-    sightings: Mapping[str, LeaseSighting] = field(default_factory=dict)
-
-    def here(self, process: ProcessId) -> bool:
-        """Whether ``process`` ran on this machine in this boot (a record without a boot, from
-        an older version: on this host)."""
-        return process.host == self.host and (not process.boot or process.boot == self.boot)
-
-    def runs(self, process: ProcessId) -> bool:
-        """Whether ``process`` is a process of this machine that still runs."""
-        return self.here(process) and self.alive(process.pid, process.started)
-
-
-def owner_state(record: StackRecord, look: Look) -> str:
-    """``RUNNING`` (its creator or a recorded holder runs here), ``DEAD`` (its creator was a
-    process of this machine, gone, and nothing here holds it) or ``ELSEWHERE``."""
-    if any(look.runs(holder) for holder in look.holders(record.name)):
-        return RUNNING
-    creator = ProcessId.from_tags(record.tags)
-    if creator is None:  # no pid recorded: only the host tells
-        return DEAD if record.tags.get("host") == look.host else ELSEWHERE
-    if not look.here(creator):
-        return ELSEWHERE
-    return RUNNING if look.alive(creator.pid, creator.started) else DEAD
-
-
-def lease_reason(record: StackRecord, look: Look) -> str | None:
-    """Why another machine's lease on ``record`` counts as lapsed here, or None while it
-    holds (or there is none)."""
-    until = record.tags.get(LEASE_UNTIL)
-    if not until:
-        return None
-    sighting = look.sightings.get(record.name) or LeaseSighting(until, look.mono, look.boot)
-    return lease_lapsed(until, float(record.tags.get("ttl") or 0), look.now, sighting, look.mono)
 
 
 def collect_reason(record: StackRecord, look: Look) -> str | None:
@@ -134,22 +84,6 @@ def prune_reason(record: StackRecord, now: datetime, retention: timedelta) -> st
     return f"empty and created {created}, older than the retention of {retention.days} days"
 
 
-def pid_alive(pid: int, started: str) -> bool:
-    """Whether ``pid`` runs and is the process that started at ``started`` (not a reuse)."""
-    return is_alive(pid) and (not started or process_started(pid) == started)
-
-
-def look(records: Iterable[StackRecord]) -> Look:
-    """A look from this machine now at ``records``: their leases are sighted (and the
-    sightings remembered for the next look)."""
-    mono = time.monotonic()
-    here = Look(datetime.now(UTC), socket.gethostname(), pid_alive, boot_id(), mono)
-    live = {r.name: r.tags[LEASE_UNTIL] for r in records
-            if r.resource_count and r.tags.get(LEASE_UNTIL)}
-    return replace(here, holders=lambda stack: leases.holders(stack, here.runs),
-                   sightings=leases.sight_leases(live, mono, here.boot))
-
-
 @dataclass(frozen=True, slots=True)
 class Action:
     """One thing gc did (or would do, with ``dry_run``)."""
@@ -164,8 +98,6 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
     """Destroy stale stacks and, unless ``retention_days`` is None, prune empty ones older
     than the retention. ``this_host_only`` limits gc to stacks this machine created (the quick
     gc a new Compute runs). Returns what was done (or would be, with ``dry_run``)."""
-    from skyward_iac.infra.stacks.stack import ClusterStack, list_records
-
     wanted = set(only) if only is not None else None
     actions: list[Action] = []
     if not dry_run:
@@ -192,7 +124,7 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
             continue
         if reason := collect_reason(record, seen):
             actions.append(Action(record.name, "destroyed", reason) if dry_run
-                           else _destroy(ClusterStack, record.name, reason))
+                           else _destroy(record, seen, reason))
         elif reason := expired_plan_reason(record, seen.now, seen.host):
             if not dry_run:
                 ClusterStack.select(record.name).remove()
@@ -206,13 +138,15 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
     return actions
 
 
-def _destroy(stack_type: type, name: str, reason: str) -> Action:
-    try:
-        stack = stack_type.select(name)
-        stack.clear_crash_leftovers()
-        stack.destroy(message=f"skyward gc: {reason}")
-    except StackBusyError:
-        return Action(name, "skipped", "another update holds the stack (a collector or its owner)")
-    except Exception as exc:  # noqa: BLE001 - one stack's failure must not stop the others
-        return Action(name, "failed", str(exc).strip().splitlines()[-1] if str(exc) else repr(exc))
-    return Action(name, "destroyed", reason)
+def _destroy(record: StackRecord, seen: Look, reason: str) -> Action:
+    """Collect one stack through the one destroy path (``destroy.py``), as this run saw it."""
+    outcome = destroy.destroy(record.name, destroy.Destroyer(destroy.GC, f"gc: {reason}"),
+                              seen=(record, seen))
+    if outcome.status == destroy.BUSY:
+        return Action(record.name, "skipped",
+                      "another update holds the stack (a collector or its owner)")
+    if outcome.status == destroy.REFUSED:  # the one policy and gc's own rule disagree: leave it
+        return Action(record.name, "skipped", outcome.detail)
+    if outcome.status == destroy.FAILED:
+        return Action(record.name, "failed", outcome.detail)
+    return Action(record.name, "destroyed", reason)

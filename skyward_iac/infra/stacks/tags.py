@@ -33,11 +33,14 @@ USER_TAG = "tag."
 #: Tags ops teams filter on (``pulumi stack ls --tag skyward:owner=...``) and the ones written
 #: on their own later (lease renewals, warm, taken down) stay separate; the rest travel in one
 #: JSON tag, because every tag written costs one engine command (~0.13 s) on the way up.
-SEPARATE_TAGS = ("owner", "provider", "actor", "down_by", "warm_until", "lease_until",
-                 "plan_expires")
+SEPARATE_TAGS = ("owner", "provider", "actor", "down_by", "ended", "warm_until",
+                 "lease_until", "plan_expires")
 #: Set (to ``user@host``) by whoever destroys a pool's stack from outside it (``skyward-iac
 #: down``, gc): the owner, if it still runs, must not bring the nodes back.
 DOWN_BY = "down_by"
+#: How the run ended and by whom, written by the one destroy path (``infra/stacks/destroy.py``)
+#: once its destroy succeeded or failed: ``ended_value``'s compact JSON, read by ``ended_of``.
+ENDED = "ended"
 #: Set while a warm pool's keeper keeps the stack's nodes for their next user (ISO time).
 WARM_UNTIL = "warm_until"
 RUN_TAG = "run"
@@ -258,6 +261,34 @@ def actor_of(tags: Mapping[str, str]) -> tuple[str, str]:
     if tags.get(ACTOR):
         return tags[ACTOR], tags.get(ACTOR_SOURCE) or SELF_DECLARED
     return tags.get("owner", ""), SELF_DECLARED
+
+
+def ended_value(status: str, actor: str, source: str, via: str, reason: str,
+                error: str = "") -> str:
+    """The ``ended`` tag: ``{"status": "destroyed" or "destroy failed", "by": actor,
+    "source": how the actor is known (``actor_of``), "via": the destroyer (pool, keeper,
+    kernel reaper, gc, down), "reason": why[, "error": the failure's class]}``, the reason
+    shortened to keep it within ``MAX_TAG_VALUE``."""
+    fields = {"status": status, "by": actor, "source": source, "via": via, "reason": reason,
+              **({"error": error} if error else {})}
+
+    def text() -> str:
+        return json.dumps(fields, separators=(",", ":"))
+
+    while (over := len(text().encode()) - MAX_TAG_VALUE) > 0 and fields["reason"]:
+        keep = len(fields["reason"]) - over - 3  # escapes may need another pass
+        fields["reason"] = fields["reason"][:keep] + "..." if keep > 0 else ""
+    return text()[:MAX_TAG_VALUE]
+
+
+def ended_of(tags: Mapping[str, str]) -> dict[str, str]:
+    """The ``ended`` tag's fields (``ended_value``); empty when a run has none (it is live,
+    or ended before the tag existed: its destroy's update message says how)."""
+    try:
+        fields = json.loads(tags.get(ENDED) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else {}
 
 
 def skyward_tags(stored: Mapping[str, str]) -> dict[str, str]:
