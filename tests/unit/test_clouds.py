@@ -9,7 +9,7 @@ from skyward_iac.infra import clouds
 from skyward_iac.infra.clouds import AWS, GCP, LOCAL, cloud, cloud_of_stack
 from skyward_iac.infra.identity import cloud_credentials
 from skyward_iac.infra.identity.cloud_credentials import require_credentials
-from skyward_iac.infra.programs import ClusterRequest, pins
+from skyward_iac.infra.programs import ClusterRequest, pins, program_for
 from skyward_iac.infra.programs.decisions import StackProgram
 from skyward_iac.infra.stacks.config import known_keys
 
@@ -47,6 +47,13 @@ def test_a_cloud_builds_its_own_program(kind: str) -> None:
         ssh_cidr="198.51.100.7/32", project="p")
     program = cloud(kind).program(ClusterRequest("x", sky.Spec(provider=provider), 1))
     assert isinstance(program, StackProgram) and program.provider == kind
+    assert program_for(ClusterRequest("x", sky.Spec(provider=provider), 1)).provider == kind
+
+
+def test_local_builds_its_program_and_moves_no_node() -> None:
+    request = ClusterRequest("x", sky.Spec(provider=sky.Local()), 2)
+    assert callable(program_for(request)) and not isinstance(program_for(request), StackProgram)
+    assert not LOCAL.nodes_move_alone(request) and LOCAL.on_this_machine
 
 
 def test_credentials_are_asked_of_the_cloud(monkeypatch: pytest.MonkeyPatch) -> None:

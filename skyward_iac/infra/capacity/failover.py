@@ -26,6 +26,7 @@ from skyward_iac.api.errors import ProvisionError
 from skyward_iac.infra.capacity.offers import Catalog, Choice, Offer, current_catalog
 from skyward_iac.infra.capacity.refusals import Refusal, Scope, refusal_in
 from skyward_iac.infra.capacity.zones import nodes_move_alone
+from skyward_iac.infra.clouds import cloud
 from skyward_iac.infra.programs import ClusterRequest
 
 
@@ -49,7 +50,7 @@ def alternatives(request: ClusterRequest, catalog: Catalog | None = None) -> lis
     the same instance type in the other regions that list a price for the market in force
     (cheapest first, then by name). Empty for a request without an offer (Local)."""
     offer = request.offer
-    if offer is None or offer.provider == "local":
+    if offer is None or cloud(offer.provider).on_this_machine:
         return []
     found: list[Alternative] = []
     provider = request.spec.provider

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.spec import Spec
 
 if TYPE_CHECKING:
@@ -66,18 +65,6 @@ def program_for(request: ClusterRequest) -> Callable[[], None]:
     Cloud programs resolve their offer here, so a request nothing can serve fails before any
     stack exists.
     """
-    kind = request.spec.provider.kind
-    if kind == "local":
-        from skyward_iac.infra.programs.local import local_program
+    from skyward_iac.infra.clouds import cloud  # the clouds import this package
 
-        return local_program(request)
-    if kind == "aws":
-        from skyward_iac.infra.programs.aws import aws_program
-
-        return aws_program(request)
-    if kind == "gcp":
-        from skyward_iac.infra.programs.gcp import gcp_program
-
-        return gcp_program(request)
-    raise ConfigError(f"provider {kind!r} has no stack program; use sky.Local(), sky.AWS() or "
-                      "sky.GCP()")
+    return cloud(request.spec.provider.kind).program(request)
