@@ -212,7 +212,7 @@ class PoolLifecycle:
             parts.reconciler.adopt(pool.outputs, pool.ports)
             with self._phase("nodes"):
                 ready = parts.membership.wait_ready(pool.node_count,
-                                                    plan.options.ssh_timeout or 30.0)
+                                                    plan.options.ssh_timeout)
             if not ready:
                 log.warning("stack %s: warm nodes did not answer (%s); starting cold",
                             pool.stack, parts.membership.failures())
@@ -242,7 +242,7 @@ class PoolLifecycle:
         assert parts is not None
         plan, options = parts.plan, parts.plan.options
         self.pool = parts.serve()
-        timeout = (options.provision_timeout or 600.0) + (options.bootstrap_timeout or 0) \
+        timeout = options.provision_timeout + (options.bootstrap_timeout or 0) \
             + plan.spec.image.bootstrap_timeout
         with self._phase("nodes"):
             parts.wait_ready(plan.bounds.ready_at, timeout)
@@ -290,7 +290,7 @@ class PoolLifecycle:
         assert parts is not None and parts.reconciler.outputs is not None
         plan, request, name = parts.plan, parts.reconciler.request, parts.identity.stack
         ports = {node.index: node.agent_port for node in parts.membership.nodes()}
-        wait = plan.options.ssh_timeout or 30.0
+        wait = plan.options.ssh_timeout
         keeper = start_keeper(
             warm.WarmPool(name, parts.reconciler.outputs, ports, request.node_count,
                           tuple(sorted(request.on_demand_nodes)), up_since=self._up_since,

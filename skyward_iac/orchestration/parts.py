@@ -96,7 +96,7 @@ class PoolParts:
             self.lease = LeaseRenewer(self.identity.stack, plan.spec.ttl, stack.renew_lease)
             self.teardown.add(Phase.LEASE, "lease", self.lease.stop)
             self.lease.start()
-        launch = self.nodes.launch(options.ssh_timeout or 30.0, options.ssh_retry_interval or 1.0,
+        launch = self.nodes.launch(options.ssh_timeout, options.ssh_retry_interval,
                                    plan.node_plugins)
         self.reconciler = Reconciler(plan, stack, self.membership, self.dispatcher, launch,
                                      events, self.nodes.gone)
@@ -123,7 +123,7 @@ class PoolParts:
         first = reconciler.outputs
         collections = ClientCollections(lambda: reconciler.outputs or first,
                                         self.identity.run_id, self.head,
-                                        plan.options.provision_timeout or 600.0,
+                                        plan.options.provision_timeout,
                                         self.identity.stack, self.events.emit)
         self.teardown.add(Phase.COLLECTIONS, "collections", collections.close)
         self.pool = Pool(plan, self.dispatcher, self.membership, collections, self.events,
@@ -169,7 +169,7 @@ class PoolParts:
         if not wait:
             return
         name, options = self.identity.stack, self.plan.options
-        timeout = (options.provision_timeout or 600.0) + self.plan.spec.image.bootstrap_timeout
+        timeout = options.provision_timeout + self.plan.spec.image.bootstrap_timeout
         if not self.membership.wait_settled(timeout):
             raise NodeConnectionError(
                 f"pool {name}: resize to {desired} node(s) not done after {timeout:.0f}s "
