@@ -69,9 +69,9 @@ class CostMeter:
             changed, self._rate = usd_per_hour != self._rate, usd_per_hour
             last = self._segments[-1]
             count = last.nodes if nodes is None else nodes
-            self._nodes = count
+            self._nodes = int(count)
             unknown = self._bill_declared(now)
-            moved = changed or unknown or self._billing_rate() != before
+            moved = changed or unknown > 0 or self._billing_rate() != before
             if (count, usd_per_hour) != (last.nodes, last.usd_per_hour):
                 start = now - self._origin
                 if int(start) == int(last.start_s):  # stored to the second: it replaces that one
