@@ -7,6 +7,7 @@ tests/chaos/test_full_disk.py."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -148,3 +149,41 @@ def test_a_full_disk_names_the_path_and_the_space(tmp_path: Path) -> None:
 ])
 def test_sizes_read_as_people_write_them(count: int, text: str) -> None:
     assert human_bytes(count) == text
+
+
+#: An ``up`` that runs until SIGINT, then exits as the engine does after a cancel.
+SLOW_UP_ENGINE = """#!/bin/sh
+if [ "$2" = version ] || [ "$1" = version ]; then echo v3.259.0; exit 0; fi
+trap 'echo "error: update canceled" >&2; exit 255' INT
+i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo "finished"
+"""
+
+
+def test_cancel_stops_a_stacks_up_as_a_first_ctrl_c_does(tmp_path: Path) -> None:
+    """``cancel(stack)`` (a spent budget) sends that stack's running ``up`` one SIGINT from
+    another thread; another stack's command is left alone."""
+    from skyward_iac.infra.engine.command import _cancellable as running_commands
+    from skyward_iac.infra.engine.command import cancel
+
+    command, env = engine(tmp_path, SLOW_UP_ENGINE)
+    failed: list[BaseException] = []
+
+    def up() -> None:
+        try:
+            command.run(["up", "--yes", "--stack", "organization/skyward/s"], str(tmp_path), env)
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            failed.append(exc)
+
+    runner = threading.Thread(target=up)
+    started = time.monotonic()
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not running_commands and time.monotonic() < deadline:  # the up has started
+        time.sleep(0.05)
+    assert cancel("other") == 0  # not that stack's
+    assert cancel("s") == 1
+    runner.join(30)
+    assert not runner.is_alive() and time.monotonic() - started < 30  # it ran 60 s otherwise
+    assert len(failed) == 1 and isinstance(failed[0], CommandError)
+    assert "update canceled" in str(failed[0])

@@ -50,6 +50,35 @@ def test_large_buffers_travel_out_of_band_and_come_back_equal() -> None:
     assert message.payload == b"call" and bytes(message.buffers[0]) == bytes(blob)
 
 
+class _RecvOnly:
+    """A stream with ``recv`` but no ``recv_into`` (as a paramiko channel)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def recv(self, size: int) -> bytes:
+        return self.sock.recv(size)
+
+
+@pytest.mark.parametrize("recv_only", [False, True], ids=["recv_into", "recv"])
+def test_a_mapped_buffer_arriving_in_uneven_pieces_is_received_whole(recv_only: bool) -> None:
+    """Buffers from ``LAZY_MIN`` on are lazily mapped (huge pages where offered): bytes that
+    arrive in odd-sized writes still land in order, whichever read the stream offers."""
+    blob = os.urandom(protocol.LAZY_MIN * 3 + 12345)
+    left, right = socket.socketpair()
+
+    def write() -> None:
+        for start in range(0, len(blob), 777_777):  # not a multiple of any page size
+            left.sendall(blob[start:start + 777_777])
+
+    with left, right:
+        writer = threading.Thread(target=write)
+        writer.start()
+        received = protocol.recv_buffer(_RecvOnly(right) if recv_only else right, len(blob))
+        writer.join()
+    assert bytes(received) == blob
+
+
 def test_the_pickle_of_an_out_of_band_message_stays_small() -> None:
     frames = protocol.encode(Result(1, value=b"v", buffers=(bytearray(1_000_000),)))
     size, _ = protocol.HEADER.unpack(frames[0])

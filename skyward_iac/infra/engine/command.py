@@ -45,6 +45,7 @@ from skyward_iac.infra.engine.failures import (
     classify,
     lacking_room,
     no_room_error,
+    stack_of,
 )
 from skyward_iac.infra.engine.state_repair import mend
 
@@ -63,14 +64,8 @@ def interrupt_policy(args: list[str]) -> str:
 ATTEMPTS = 3
 
 #: The commands running now that a Ctrl+C cancels (not a destroy), and the stack of each.
-_cancellable: dict[subprocess.Popen[str], str] = {}
+_cancellable: dict[subprocess.Popen[str], str | None] = {}
 _cancellable_lock = threading.Lock()
-
-
-def _stack_of(args: list[str]) -> str:
-    """The stack a command runs on (its ``--stack``; the SDK may qualify it: ``org/name``)."""
-    given = args[args.index("--stack") + 1] if "--stack" in args[:-1] else ""
-    return given.rsplit("/", 1)[-1]
 
 
 def cancel(stack: str) -> int:
@@ -147,7 +142,7 @@ class EngineCommand(PulumiCommand):
         policy = interrupt_policy(args)
         if policy == "cancel":
             with _cancellable_lock:
-                _cancellable[process] = _stack_of(args)
+                _cancellable[process] = stack_of(args)
         try:
             interrupted = _wait(process, policy)
         finally:
