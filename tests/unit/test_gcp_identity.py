@@ -230,7 +230,7 @@ def test_node_identity_reads_the_stored_fallback() -> None:
         node_identity(plan, "auto", "nothing")
 
 
-def test_going_without_the_grant_never_touches_a_running_node() -> None:
+def test_replacement_oracle_going_without_the_grant_keeps_every_running_node() -> None:
     """The role was refused after the nodes were created with the account (the bindings wait
     for the role, the nodes do not): the update that goes without it, and a resize after it,
     keep every running node as it is (replacement oracle's engine model)."""

@@ -90,7 +90,7 @@ def test_a_compact_placement_pool_stays_in_one_zone() -> None:
     assert set(zones.values()) == {"us-central1-a"}
 
 
-def test_each_node_keeps_its_zone_through_resizes_and_adoption() -> None:
+def test_replacement_oracle_each_node_keeps_its_zone_through_resizes_and_adoption() -> None:
     """Decided once: node 1, moved to b, stays there when the pool grows, when a request with
     no moved nodes runs the update (another process adopting it) and when it shrinks; new
     nodes go to the pool's zone; the stack stores every node's zone."""
