@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skyward_iac.api.errors import StackBusyError
+from skyward_iac.infra.clouds import cloud_of_stack
 from skyward_iac.infra.engine.command import completed
 from skyward_iac.infra.identity import cloud_identity
 from skyward_iac.infra.stacks import owners
@@ -100,7 +101,7 @@ def destroy(stack: ClusterStack | str, who: Destroyer, *,
     handle = stack if isinstance(stack, ClusterStack) else ClusterStack.select(stack)
     name = handle.name
     if not who.actor:
-        actor, source = cloud_identity.actor(_provider(name))
+        actor, source = cloud_identity.actor(cloud_of_stack(name).kind)
         who = replace(who, actor=actor, source=source)
     if not who.holds:
         record, look = seen or _look_at(handle)
@@ -184,11 +185,6 @@ def _look_at(handle: ClusterStack) -> tuple[StackRecord, Look]:
     record = StackRecord(handle.name, handle.tags() if count else {}, count)
     return record, owners.look([record])
 
-
-def _provider(stack: str) -> str:
-    """The provider of a stack named as skyward names them (``aws-ana-...``)."""
-    kind = stack.split("-", 1)[0]
-    return kind if kind in ("aws", "gcp") else "local"
 
 
 def _record(handle: ClusterStack, who: Destroyer, status: str, error: str = "") -> None:
