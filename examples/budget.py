@@ -1,7 +1,8 @@
 """A budget a pool cannot exceed: ``Options(max_cost_usd)`` on a priced Local pool.
 
 ``sky.Local(usd_per_hour=360)`` makes each Local node cost $0.10 a second (a pretend price, to
-try budgets on this machine), so a $4 budget lasts about 40 seconds from the pool's launch.
+try budgets on this machine), so a $4 budget lasts about 40 seconds from the node's launch
+(its resource created; its bootstrap is billed, as a cloud bills it).
 The pool warns at 80 %; at 100 % it is closed and destroyed, and the call still running fails
 with ``sky.BudgetExceededError``, which names the budget. Had this script been killed, the
 node would have stopped itself at the same deadline (its watchdog was told it).
