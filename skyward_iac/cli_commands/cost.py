@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -111,7 +110,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run_cost(args: argparse.Namespace) -> int:
-    from skyward_iac.cli_commands.runs import all_runs
+    from skyward_iac.cli_commands.runs import all_runs, print_json
 
     if args.by not in GROUPS and not (args.by.startswith("tag:") and len(args.by) > 4):
         args.parser.error(f"--by {args.by!r}: one of {', '.join(GROUPS)} or tag:KEY")
@@ -122,9 +121,8 @@ def run_cost(args: argparse.Namespace) -> int:
     counted = sum(1 for run in runs if within(run, args.since, args.until))
     summed = total(rows, counted)
     if args.json:
-        print(json.dumps({"by": args.by, "since": _iso(args.since), "until": _iso(args.until),
-                          "groups": [asdict(row) for row in rows], "total": asdict(summed)},
-                         indent=2))
+        print_json({"by": args.by, "since": _iso(args.since), "until": _iso(args.until),
+                    "groups": [asdict(row) for row in rows], "total": asdict(summed)})
     elif args.csv:
         out = csv.writer(sys.stdout)
         out.writerow([args.by, "runs", "node_hours", "cost_usd"])

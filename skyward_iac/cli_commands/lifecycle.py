@@ -46,13 +46,13 @@ def run_gc(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    from skyward_iac.cli_commands.runs import all_runs
+    from skyward_iac.cli_commands.runs import all_runs, print_json
 
     if args.limit < 0:
         args.parser.error(f"--limit must be >= 0, got {args.limit}")
     runs = all_runs(args.limit)
     if args.json:
-        print(json.dumps(runs, indent=2))
+        print_json(runs)
         return 0
     if not runs:
         print("no runs recorded")

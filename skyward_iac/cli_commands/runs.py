@@ -9,6 +9,7 @@ update history.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -103,6 +104,12 @@ def _ended_tag(tags: dict[str, str]) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else None
 
 
+def print_json(value: Any) -> None:
+    """``value`` as JSON on stdout: indented for a person at a terminal, compact for a
+    program (indenting costs a second per thousand runs: Python's encoder is slow at it)."""
+    print(json.dumps(value, indent=2 if sys.stdout.isatty() else None))
+
+
 def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
     """Every recorded run (a stack with a ``created_at`` tag), newest first (the newest
     ``limit``); from the backend's records when readable directly, else through the engine
@@ -111,15 +118,22 @@ def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
     from skyward_iac.infra.stacks.stack import ClusterStack
     from skyward_iac.infra.stacks.tags import skyward_tags
 
+    decoded: dict[str, dict[str, str]] = {}
+
+    def tags_of(stack: Any) -> dict[str, str]:  # decoded once per stack
+        if stack.name not in decoded:
+            decoded[stack.name] = skyward_tags(stack.tags)
+        return decoded[stack.name]
+
     def newest(stacks: list[Any]) -> list[str]:  # only their histories are read
-        dated = sorted(((skyward_tags(s.tags).get("created_at", ""), s.name) for s in stacks),
+        dated = sorted(((tags_of(s).get("created_at", ""), s.name) for s in stacks),
                        reverse=True)
         return [name for created, name in dated if created][:limit]
 
     stored = stored_stacks(updates=True if limit is None else newest)
     found: list[tuple[str, dict[str, str], int, Sequence[Any] | None]]
     if stored is not None:
-        found = [(s.name, skyward_tags(s.tags), s.resource_count, s.updates) for s in stored]
+        found = [(s.name, tags_of(s), s.resource_count, s.updates) for s in stored]
     else:
         found = [(r.name, r.tags, r.resource_count, None) for r in list_records()]
     found = [run for run in found if "created_at" in run[1]]

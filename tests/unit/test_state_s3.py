@@ -189,3 +189,41 @@ def test_only_the_histories_asked_for_are_read(s3: Any, tmp_path: Path) -> None:
     assert seen == [[f"local-ana-{index}" for index in range(4)]]
     assert [s.name for s in stacks if s.updates] == ["local-ana-2"]
     assert all(s.tags for s in stacks)
+
+
+def test_many_histories_are_listed_in_one_sweep(s3: Any, tmp_path: Path) -> None:
+    """A first look at many runs lists every history once, not each run's on its own."""
+    layout(s3)
+    runs = state_s3.SWEEP + 5
+    for index in range(runs):
+        record_run(s3, f"local-ana-{index:02d}", live=index == 0)
+    url = f"s3://{BUCKET}"
+    state_s3.read_stacks(url, "skyward", None)  # the client exists: count from here
+    counts = counting(state_s3._clients[state_s3.location(url)])
+    stacks = state_s3.read_stacks(url, "skyward", tmp_path / "c.json", updates=True) or []
+    assert counts["ListObjectsV2"] == 2, counts  # the stacks, then every history
+    assert all(len(s.updates) == (1 if s.resource_count else 2) for s in stacks)
+    assert len(stacks) == runs
+
+
+def test_a_listing_cut_where_the_last_one_paged_misses_nothing(
+        s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages are listed at once from the last look's cuts; stacks added or removed since,
+    before, between or after the cuts, are all seen."""
+    monkeypatch.setattr(state_s3, "PAGE", 4)  # a page of 4 keys: many cuts on a few stacks
+    layout(s3)
+    for index in range(2, 20, 2):
+        record_run(s3, f"local-ana-{index:02d}", live=False)
+    url, cache = f"s3://{BUCKET}", tmp_path / "c.json"
+    first = state_s3.read_stacks(url, "skyward", cache) or []
+    assert len(first) == 9
+    assert len(json.loads(cache.read_text())["splits"][".pulumi/stacks/skyward/"]) >= 5
+    for index in (0, 7, 11, 21):
+        record_run(s3, f"local-ana-{index:02d}", live=False)
+    for key in ("json", "json.bak", "pulumi-tags"):
+        s3.delete_object(Bucket=BUCKET, Key=f".pulumi/stacks/skyward/local-ana-08.{key}")
+    counts = counting(state_s3._clients[state_s3.location(url)])
+    again = state_s3.read_stacks(url, "skyward", cache) or []
+    assert [s.name for s in again] == sorted(
+        f"local-ana-{i:02d}" for i in (0, 2, 4, 6, 7, 10, 11, 12, 14, 16, 18, 21))
+    assert counts["ListObjectsV2"] >= 6  # one per range, at once

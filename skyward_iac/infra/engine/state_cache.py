@@ -2,7 +2,8 @@
 key and ETag (an object rewritten gets a new ETag, so a stale summary is never used), and the
 history keys of runs whose history cannot grow any more.
 
-One JSON file per backend under the skyward home (0600; tags, update messages and counts
+It also keeps where the last listing of a prefix could be cut into pages listed in parallel
+(every thousandth key). One JSON file per backend under the skyward home (0600; tags, update messages and counts
 only: nothing secret). Two processes saving at once each write a whole file (atomic rename);
 the loser's summaries are read again next time. A missing or unreadable file is an empty cache.
 """
@@ -27,12 +28,14 @@ class StateCache:
         self._lock = threading.Lock()
         self._objects: dict[str, list[Any]] = {}
         self._settled: dict[str, list[Any]] = {}
+        self._splits: dict[str, list[str]] = {}
         self._changed = False
         if path is not None:
             try:
                 data = json.loads(path.read_text())
                 if data.get("version") == VERSION:
                     self._objects, self._settled = data["objects"], data["settled"]
+                    self._splits = data.get("splits") or {}
             except (OSError, ValueError, KeyError, AttributeError):
                 pass  # no cache yet, or one of another version: start afresh
 
@@ -60,6 +63,17 @@ class StateCache:
                 self._settled[prefix] = [checkpoint_etag, dict(keys)]
                 self._changed = True
 
+    def splits(self, prefix: str) -> list[str]:
+        """Keys that cut the last listing of ``prefix`` into pages (none before one)."""
+        with self._lock:
+            return list(self._splits.get(prefix, []))
+
+    def set_splits(self, prefix: str, keys: list[str]) -> None:
+        with self._lock:
+            if self._splits.get(prefix) != keys:
+                self._splits[prefix] = list(keys)
+                self._changed = True
+
     def save(self, keep: Callable[[str], bool]) -> None:
         """Write the cache, without the entries ``keep`` rejects (removed stacks)."""
         if self.path is None:
@@ -70,8 +84,8 @@ class StateCache:
             if not self._changed and len(objects) == len(self._objects) \
                     and len(settled) == len(self._settled):
                 return
-            text = json.dumps({"version": VERSION, "objects": objects, "settled": settled},
-                              separators=(",", ":"))
+            text = json.dumps({"version": VERSION, "objects": objects, "settled": settled,
+                               "splits": self._splits}, separators=(",", ":"))
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,10 @@ class StoredStack:
     resource_count: int
     updates: tuple[StoredUpdate, ...]
 
+
+#: Whose update histories a reader reads: every stack's, none, or those a function of the
+#: stacks (read without them) picks (``history --limit``: the newest runs').
+Updates = bool | Callable[[list[StoredStack]], Collection[str]]
 
 #: The magic bytes of a gzip stream: the engine writes ``.json.gz`` objects with
 #: ``PULUMI_DIY_BACKEND_GZIP`` (``encoding.DetectCompression`` looks at the same bytes).
@@ -83,9 +88,11 @@ def _updates(directory: Path) -> tuple[StoredUpdate, ...]:
                          for path in directory.glob("*.history.json*")])
 
 
-def read_stacks(state_dir: Path, project: str) -> list[StoredStack] | None:
-    """Every stack of ``project`` in the file backend at ``state_dir``; None when the backend's
-    layout is not the known one (then ask the CLI)."""
+def read_stacks(state_dir: Path, project: str,
+                updates: Updates = True) -> list[StoredStack] | None:
+    """Every stack of ``project`` in the file backend at ``state_dir``, with the update
+    histories ``updates`` asks for (all, none, or those a function of the stacks picks); None
+    when the backend's layout is not the known one (then ask the CLI)."""
     root = state_dir / ".pulumi"
     stacks_dir = root / "stacks" / project
     if not (root / "meta.yaml").is_file():
@@ -100,9 +107,10 @@ def read_stacks(state_dir: Path, project: str) -> list[StoredStack] | None:
             name = checkpoint.name.removesuffix(".gz").removesuffix(".json")
             tags_file = stacks_dir / f"{name}.pulumi-tags"
             tags = _load(tags_file).get("tags", {}) if tags_file.is_file() else {}
-            count = resource_count(_load(checkpoint))
-            found.append(StoredStack(name, dict(tags), count,
-                                     _updates(root / "history" / project / name)))
+            found.append(StoredStack(name, dict(tags), resource_count(_load(checkpoint)), ()))
+        wanted = set(updates(found)) if callable(updates) else \
+            {s.name for s in found} if updates else set()
+        return [replace(s, updates=_updates(root / "history" / project / s.name))
+                if s.name in wanted else s for s in found]
     except (OSError, ValueError, AttributeError):
         return None  # a layout this reader does not know: the CLI knows
-    return found

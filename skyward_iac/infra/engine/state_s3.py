@@ -31,7 +31,7 @@ grow (the stack holds resources, or its last update is not a destroy that succee
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,17 +42,19 @@ from skyward_iac.infra.engine.state_cache import StateCache
 from skyward_iac.infra.engine.state_files import (
     StoredStack,
     StoredUpdate,
+    Updates,
     newest_first,
     parse,
     resource_count,
     stored_update,
 )
 
-#: Whose update histories to read: every stack's, none, or those a function of the stacks read
-#: without them picks (``history --limit``: the newest runs').
-Updates = bool | Callable[[list[StoredStack]], Collection[str]]
 #: Parallel requests: S3 serves many at once; the bound keeps sockets and threads modest.
 WORKERS = 32
+#: Keys per page of a listing (S3's most).
+PAGE = 1000
+#: More histories than this to list: one listing of every history instead of one each.
+SWEEP = 20
 #: URL settings this reader applies like gocloud.dev's s3blob and Pulumi's legacy translation
 #: (``translateLegacyS3Params``); any other setting sends the caller to the engine.
 KNOWN = {"region", "endpoint", "profile", "s3ForcePathStyle", "use_path_style", "disableSSL",
@@ -119,8 +121,9 @@ class Reader:
         self.where = where
         self.cache = cache
         self.client = client or _client(where)
-        self.names: set[str] = set()
         self.project = ""
+        #: The keys (and history directories) of the stacks the last look found.
+        self.kept: set[str] = set()
 
     def key(self, path: str) -> str:
         return self.where.prefix + path
@@ -128,14 +131,30 @@ class Reader:
     def get(self, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=self.where.bucket, Key=key)["Body"].read())
 
-    def listing(self, prefix: str) -> dict[str, str]:
-        """Every key under ``prefix`` with its ETag."""
+    def listing(self, prefix: str, after: str = "", until: str | None = None) -> dict[str, str]:
+        """Every key under ``prefix`` (after ``after``, up to ``until``) with its ETag."""
         found: dict[str, str] = {}
         pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.where.bucket, Prefix=prefix)
+            Bucket=self.where.bucket, Prefix=prefix, StartAfter=after)
         for page in pages:
             for item in page.get("Contents") or []:
+                if until is not None and item["Key"] > until:
+                    return found  # the next range's: listed by its own request
                 found[item["Key"]] = item.get("ETag", "")
+                if item["Key"] == until:
+                    return found  # no request for the page after it
+        return found
+
+    def listing_in_parallel(self, pool: ThreadPoolExecutor, prefix: str) -> dict[str, str]:
+        """``listing(prefix)``, its pages requested at once: cut where the last listing's
+        pages began (a page is at most 1,000 keys, one request after the other otherwise)."""
+        cuts = self.cache.splits(prefix)
+        ranges = list(zip(["", *cuts], [*cuts, None], strict=True))
+        found: dict[str, str] = {}
+        for part in pool.map(lambda bounds: self.listing(prefix, *bounds), ranges):
+            found.update(part)
+        ordered = sorted(found)
+        self.cache.set_splits(prefix, ordered[PAGE - 1:-1:PAGE])
         return found
 
     def summary(self, key: str, etag: str, read: Callable[[bytes], Any]) -> Any:
@@ -149,9 +168,12 @@ class Reader:
 
     def read_stacks(self, project: str, updates: Updates) -> list[StoredStack]:
         self._check_layout()
+        self.project = project
         base = self.key(f".pulumi/stacks/{project}/")
+        with ThreadPoolExecutor(WORKERS) as pool:
+            listed = self.listing_in_parallel(pool, base)
         stacks: dict[str, _Stack] = {}
-        for key, etag in self.listing(base).items():
+        for key, etag in listed.items():
             name = key.removeprefix(base)
             if "/" in name:
                 continue  # not a stack of this project's directory
@@ -165,12 +187,17 @@ class Reader:
                     setattr(stack, slot, (key, etag))
         found = sorted((s for s in stacks.values() if s.checkpoint is not None),
                        key=lambda s: s.name)
-        self.names, self.project = {stack.name for stack in found}, project
+        # What the cache keeps: these stacks' objects and history directories.
+        self.kept = set(listed) | {self._history_of(s) for s in found}
         with ThreadPoolExecutor(WORKERS) as pool:
-            list(pool.map(self._read, found))
+            list(pool.map(self._read, [s for s in found if not self._cached(s)]))
+            names = {stack.name for stack in found}
             wanted = (set(updates(self._stored(found))) if callable(updates)
-                      else self.names if updates else set())
-            list(pool.map(self._read_updates, [s for s in found if s.name in wanted]))
+                      else names if updates else set())
+            chosen = [s for s in found if s.name in wanted]
+            keys = self._history_keys(pool, chosen)
+            list(pool.map(lambda s: self._read_updates(s, keys[self._history_of(s)]),
+                          chosen))
         return self._stored(found)
 
     @staticmethod
@@ -178,15 +205,9 @@ class Reader:
         return [StoredStack(s.name, s.stored_tags, s.count, s.updates) for s in found]
 
     def of_a_stack(self, key: str) -> bool:
-        """Whether ``key`` (an object or a history directory) belongs to a stack the last
-        ``read_stacks`` listed: what the cache keeps."""
-        for base, ends in ((self.key(f".pulumi/stacks/{self.project}/"), "."),
-                           (self._history_prefix(self.project), "/")):
-            if key.startswith(base):
-                rest = key.removeprefix(base)
-                return any(rest.startswith(name + ends) for name in _candidates(rest, ends)
-                           if name in self.names)
-        return False
+        """Whether ``key`` (an object, a history directory or a record in it) belongs to a
+        stack the last ``read_stacks`` listed: what the cache keeps."""
+        return key in self.kept or key.rsplit("/", 1)[0] + "/" in self.kept
 
     def _check_layout(self) -> None:
         try:
@@ -199,6 +220,19 @@ class Reader:
     def _history_prefix(self, project: str) -> str:
         return self.key(f".pulumi/history/{project}/")
 
+    def _history_of(self, stack: _Stack) -> str:
+        return self._history_prefix(self.project) + stack.name + "/"
+
+    def _cached(self, stack: _Stack) -> bool:
+        """Fill in ``stack`` from the cache alone; False when something must be read."""
+        assert stack.checkpoint is not None
+        count = self.cache.get(*stack.checkpoint)
+        tags = self.cache.get(*stack.tags) if stack.tags is not None else {}
+        if count is None or tags is None:
+            return False
+        stack.count, stack.stored_tags = count, tags
+        return True
+
     def _read(self, stack: _Stack) -> None:
         assert stack.checkpoint is not None
         stack.count = self.summary(*stack.checkpoint, lambda data: resource_count(parse(data)))
@@ -206,28 +240,49 @@ class Reader:
             stack.stored_tags = self.summary(*stack.tags,
                                              lambda data: dict(parse(data).get("tags") or {}))
 
-    def _read_updates(self, stack: _Stack) -> None:
-        """The stack's update history, newest first; listed again only while it may grow."""
+    def _history_keys(self, pool: ThreadPoolExecutor,
+                      stacks: list[_Stack]) -> dict[str, dict[str, str]]:
+        """The history records of each of ``stacks`` (by its history directory), with their
+        ETags: as the cache has them for a history that cannot grow, else listed; listed in
+        one sweep of every history when many are (one listing per stack costs more)."""
+        found: dict[str, dict[str, str]] = {}
+        unsettled = []
+        for stack in stacks:
+            assert stack.checkpoint is not None
+            settled = self.cache.settled(self._history_of(stack), stack.checkpoint[1])
+            if settled is None:
+                unsettled.append(self._history_of(stack))
+            else:
+                found[self._history_of(stack)] = settled
+        if len(unsettled) > SWEEP:
+            every = self.listing_in_parallel(pool, self._history_prefix(self.project))
+            listings = _grouped(every, unsettled)
+        else:
+            listings = list(pool.map(self.listing, unsettled))
+        for prefix, listing in zip(unsettled, listings, strict=True):
+            found[prefix] = {key: etag for key, etag in listing.items()
+                             if key.endswith((".history.json", ".history.json.gz"))}
+        return found
+
+    def _read_updates(self, stack: _Stack, keys: dict[str, str]) -> None:
+        """The stack's update history, newest first; recorded as final once it cannot grow."""
         assert stack.checkpoint is not None
-        prefix = self._history_prefix(self.project) + stack.name + "/"
-        keys = self.cache.settled(prefix, stack.checkpoint[1])
-        if keys is None:
-            keys = {key: etag for key, etag in self.listing(prefix).items()
-                    if key.endswith((".history.json", ".history.json.gz"))}
         history = newest_first([
             _from_record(self.summary(key, etag, lambda data: _update_record(parse(data))))
             for key, etag in keys.items()])
         last = history[0] if history else None
         if stack.count == 0 and last is not None and last.kind == "destroy" \
                 and last.result == "succeeded":
-            self.cache.settle(prefix, stack.checkpoint[1], keys)  # it will not grow any more
+            self.cache.settle(self._history_of(stack), stack.checkpoint[1], keys)
         stack.updates = history
 
 
-def _candidates(rest: str, ends: str) -> list[str]:
-    """The stack names ``rest`` (a key below a project's directory) may start with: each
-    prefix up to an ``ends`` character (stack names may hold dots)."""
-    return [rest[:index] for index, char in enumerate(rest) if char == ends]
+def _grouped(keys: Mapping[str, str], prefixes: list[str]) -> list[dict[str, str]]:
+    """``keys`` split by the directory they are in, in the order of ``prefixes``."""
+    by_directory: dict[str, dict[str, str]] = {}
+    for key, etag in keys.items():
+        by_directory.setdefault(key.rsplit("/", 1)[0] + "/", {})[key] = etag
+    return [by_directory.get(prefix, {}) for prefix in prefixes]
 
 
 def _update_record(info: Any) -> dict[str, Any]:
@@ -249,18 +304,22 @@ _clients_lock = threading.Lock()
 
 
 def _client(where: Location) -> Any:
-    """One boto3 S3 client per location and process (clients are thread-safe)."""
-    import boto3  # type: ignore[import-untyped]
+    """One S3 client per location and process (clients are thread-safe). Listing timestamps
+    stay text: nothing here reads them, and parsing them was a third of a warm listing's CPU
+    (botocore's documented ``response_parser_factory`` default, as the AWS CLI sets it)."""
+    import botocore.session  # type: ignore[import-untyped]
     from botocore.config import Config  # type: ignore[import-untyped]
 
     with _clients_lock:
         if where not in _clients:
-            session = boto3.session.Session(profile_name=where.profile)
+            session = botocore.session.Session(profile=where.profile)
+            session.get_component("response_parser_factory").set_parser_defaults(
+                timestamp_parser=str)
             config = Config(max_pool_connections=WORKERS, retries={"max_attempts": 3},
                             connect_timeout=10, read_timeout=30,
                             s3={"addressing_style": "path" if where.path_style else "auto"})
-            _clients[where] = session.client("s3", region_name=where.region,
-                                             endpoint_url=where.endpoint, config=config)
+            _clients[where] = session.create_client("s3", region_name=where.region,
+                                                    endpoint_url=where.endpoint, config=config)
         return _clients[where]
 
 

@@ -24,13 +24,13 @@ from skyward_iac.infra.stacks.tags import TAG_PREFIX, StackRecord, skyward_tags
 PROJECT = "skyward"
 
 
-def stored_stacks(updates: state_s3.Updates = False) -> list[StoredStack] | None:
+def stored_stacks(updates: state_files.Updates = False) -> list[StoredStack] | None:
     """The backend's stacks (raw tags, resource counts and, with ``updates``, the update
     histories of all or of those it picks) read without the engine; None when the backend
-    cannot be read so. The file backend's histories are read whole (they are on disk)."""
+    cannot be read so."""
     directory = home.file_backend()
     if directory is not None:
-        return state_files.read_stacks(directory, PROJECT)
+        return state_files.read_stacks(directory, PROJECT, updates)
     url = home.backend_url()
     if url.startswith("s3://"):
         return state_s3.read_stacks(url, PROJECT, cache_file(url), updates=updates)

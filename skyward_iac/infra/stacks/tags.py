@@ -230,7 +230,8 @@ def chunk_keys(stored: Mapping[str, str]) -> set[str]:
 def decode_tags(stored: Mapping[str, str]) -> dict[str, str]:
     """The inverse of ``encode_tags`` (tolerates stacks without a ``run`` tag, and a chunk
     that does not parse: a reader between two writes)."""
-    tags = {k: v for k, v in stored.items() if k not in chunk_keys(stored)}
+    chunks = chunk_keys(stored)
+    tags = {k: v for k, v in stored.items() if k not in chunks}
     for _, text in _chunks_of(stored, RUN_TAG):
         try:
             tags.update(json.loads(text))
