@@ -2,7 +2,8 @@
 loopback TCP worker, all measured in this run; prints a markdown table of medians and ratios.
 
 Run: scripts/bench (sets up, installs the pinned bench extra, then runs this), or
-.venv/bin/python bench/run.py [--systems ...] [--figures 1 2 3 4 5 6] [--json FILE].
+.venv/bin/python bench/run.py [--systems ...] [--figures 1 2 3 4 5 6 7] [--fleet-nodes ...]
+[--json FILE].
 Every system runs alone (started, measured, stopped) so none competes for the 2 cores with
 another's idle processes.
 """
@@ -32,6 +33,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import bulk  # noqa: E402
 import cold_start  # noqa: E402
 import collection_ops  # noqa: E402
+import fleet
+import fleet_report
 import latency  # noqa: E402
 import scale  # noqa: E402
 import throughput  # noqa: E402
@@ -207,14 +210,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
-    parser.add_argument("--figures", nargs="+", type=int, choices=[1, 2, 3, 4, 5, 6],
-                        default=[1, 2, 3, 4, 5, 6])
+    parser.add_argument("--figures", nargs="+", type=int, choices=[1, 2, 3, 4, 5, 6, 7],
+                        default=[1, 2, 3, 4, 5, 6, 7])
     parser.add_argument("--cold-nodes", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--cold-repeat", type=int, default=3)
     parser.add_argument("--scale-nodes", nargs="+", type=int, default=list(scale.LOCAL_NODES),
                         help="figure 6: Local pool sizes")
     parser.add_argument("--scale-aws", nargs="+", type=int, default=list(scale.AWS_NODES),
                         help="figure 6: AWS program sizes under mocks")
+    parser.add_argument("--fleet-nodes", nargs="+", type=int, default=list(fleet.SIZES),
+                        help="figure 7: simulated fleet sizes")
+    parser.add_argument("--fleet-tasks", type=int, default=fleet.MAP_TASKS,
+                        help="figure 7: the map's size")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument("--console", default=True, choices=["log", "minimal", "silent"],
                         help="skyward's Options.console (default: True, the log console here)")
@@ -235,6 +242,9 @@ def main() -> None:
         if 6 in figures and SKYWARD in args.systems:  # skyward_iac alone, no peer
             say("scale: Local pools and the AWS program, each size in a fresh process")
             raw["scale"] = scale.measure(args.scale_nodes, args.scale_aws)
+        if 7 in figures and SKYWARD in args.systems:  # skyward_iac's client alone
+            say("fleet: the real client against simulated nodes, each size in a fresh process")
+            raw["fleet"] = fleet.measure(args.fleet_nodes, args.fleet_tasks)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     rows.sort(key=lambda row: row.figure.split(".")[0])  # figure order; stable within one
@@ -249,6 +259,12 @@ def main() -> None:
     if "scale" in raw:
         print("\n6. Scale (no peer: each figure beside linear growth):\n")
         print(scale.report(raw["scale"]))
+    if raw.get("fleet"):
+        print(f"\n7. A thousand nodes, simulated (the real client; each node an SSH server and "
+              f"an agent speaking the real protocol in one simulator process: no stack, no "
+              f"bootstrap, no sshd, no worker processes; load average "
+              f"{os.getloadavg()[0]:.1f}):\n")
+        print(fleet_report.report(raw["fleet"]))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), **raw}, indent=2))
 
