@@ -45,7 +45,7 @@ def test_the_build_needs_no_network(tmp_path: Path) -> None:
     "guides/dispatch/index.html", "guides/broadcast/index.html", "providers/index.html",
     "operations/index.html", "troubleshooting/index.html", "changelog/index.html",
     "examples/index.html", "contributing/index.html", "benchmarks/index.html",
-    "images/benchmarks.svg", "images/console.svg",
+    "images/benchmarks.svg", "images/console.svg", "images/fleet.svg",
 ])
 def test_page_is_built(site: Path, page: str) -> None:
     assert (site / page).is_file()
@@ -101,6 +101,18 @@ def test_scale_chart_matches_the_scale_table() -> None:
     points = svg.findall("{http://www.w3.org/2000/svg}circle")
     assert len(points) == 4 * 4  # at 1, 8, 16 and 32 nodes
     assert "(images/scale.svg)" in (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+def test_fleet_chart_matches_the_figure_7_table() -> None:
+    done = subprocess.run([PYTHON, str(ROOT / "tools" / "scale_chart.py"), "--check"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr  # checks fleet.svg beside scale.svg
+    svg = ElementTree.parse(ROOT / "docs" / "images" / "fleet.svg").getroot()
+    lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 6 * 2  # six figures, each measured and its linear reference
+    points = svg.findall("{http://www.w3.org/2000/svg}circle")
+    assert len(points) == 6 * 4  # at 10, 100, 300 and 1,000 simulated nodes
+    assert "(images/fleet.svg)" in (ROOT / "docs" / "benchmarks.md").read_text()
 
 
 def test_every_example_is_on_the_examples_page() -> None:
