@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -10,16 +11,20 @@ from collections.abc import Sequence
 
 from skyward_iac import __version__
 from skyward_iac.api.errors import SkywardError, StackNotFoundError
-from skyward_iac.cli_commands import (
-    cost,
-    debug,
-    lifecycle,
-    live,
-    offers,
-    paths,
-    policy,
-    preview,
-)
+from skyward_iac.cli_commands import live, paths
+
+#: The module of ``cli_commands`` that adds each command, and the function that adds them. A
+#: command imports its own module only: all of them cost two seconds of imports (the engine's
+#: API, pydantic's models, Fabric) that ``history``, ``cost`` or ``ls`` never use. Help for the
+#: whole CLI, or a command not listed here, builds the full parser
+#: (tests/unit/test_cli_startup.py checks the table against it).
+MODULES = {"offers": "add_parser", "preview": "add_parser", "lifecycle": "add_commands",
+           "cost": "add_parser", "live": "add_commands", "debug": "add_commands",
+           "policy": "add_commands"}
+COMMANDS = {"version": "", "show": "", "offers": "offers", "preview": "preview", "plan": "preview", "apply": "preview",
+            "gc": "lifecycle", "history": "lifecycle", "cost": "cost", "ls": "live",
+            "down": "live", "logs": "live", "ssh": "debug", "forward": "debug", "cp": "debug",
+            "policy": "policy"}
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -70,8 +75,9 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser, one sub-command per action."""
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser, one sub-command per action (with ``only``, a module of
+    ``MODULES``: that module's commands, beside ``version`` and ``show``; "": just those)."""
     root = argparse.ArgumentParser(prog="skyward-iac", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     version = commands.add_parser("version", help="versions of skyward_iac and its Pulumi engine")
@@ -81,13 +87,10 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("stack", help="stack name, as printed when the pool started")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(run=_show)
-    offers.add_parser(commands)
-    preview.add_parser(commands)
-    lifecycle.add_commands(commands)
-    cost.add_parser(commands)
-    live.add_commands(commands)
-    debug.add_commands(commands)
-    policy.add_commands(commands)
+    for name, adds in MODULES.items():
+        if only is None or name == only:
+            module = importlib.import_module(f"skyward_iac.cli_commands.{name}")
+            getattr(module, adds)(commands)
     return root
 
 
@@ -98,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     3 no such stack, 4 refused (``down`` of a stack whose owner still runs).
     """
     paths.absolute_environment()  # before anything reads them or starts a child process
-    args = parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((word for word in words if not word.startswith("-")), None)
+    args = parser(COMMANDS.get(command or "")).parse_args(words)
     try:
         return int(args.run(args))
     except StackNotFoundError as exc:

@@ -115,7 +115,6 @@ def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
     ``limit``); from the backend's records when readable directly, else through the engine
     (a few commands per run)."""
     from skyward_iac.infra.stacks.records import list_records, stored_stacks
-    from skyward_iac.infra.stacks.stack import ClusterStack
     from skyward_iac.infra.stacks.tags import skyward_tags
 
     decoded: dict[str, dict[str, str]] = {}
@@ -140,6 +139,12 @@ def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
     found.sort(key=lambda run: (run[1]["created_at"], run[0]), reverse=True)  # as newest()
     found = found[:limit] if limit is not None else found
     now = datetime.now(UTC)
-    return [summary(name, tags, count,
-                    updates if updates is not None else ClusterStack.select(name).history(), now)
+    return [summary(name, tags, count, updates if updates is not None else _history(name), now)
             for name, tags, count, updates in found]
+
+
+def _history(name: str) -> Sequence[Any]:
+    """A stack's update history through the engine (a backend not readable directly)."""
+    from skyward_iac.infra.stacks.stack import ClusterStack
+
+    return ClusterStack.select(name).history()

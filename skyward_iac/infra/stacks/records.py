@@ -12,14 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
-
-import pulumi.automation as auto
+from typing import TYPE_CHECKING, Any
 
 from skyward_iac.infra.engine import state_files, state_s3
 from skyward_iac.infra.engine.state_files import StoredStack
 from skyward_iac.infra.stacks import home
 from skyward_iac.infra.stacks.tags import TAG_PREFIX, StackRecord, skyward_tags
+
+if TYPE_CHECKING:  # the engine's API costs a second to import: only the fallback needs it
+    import pulumi.automation as auto
 
 PROJECT = "skyward"
 

@@ -15,9 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from skyward_iac.api.deadlines import expires_at, lease_end
-from skyward_iac.api.spec import Spec
+
+if TYPE_CHECKING:  # pydantic's models cost half a second to import; listings need none
+    from skyward_iac.api.spec import Spec
 
 #: Prefix of every skyward tag in the backend (``skyward:owner``...).
 TAG_PREFIX = "skyward:"
