@@ -23,10 +23,11 @@ def backend_url() -> str:
     """Where stacks live: ``$SKYWARD_BACKEND_URL``, else ``[state] backend`` in skyward.toml,
     else the file backend in this home. Any Pulumi backend URL works (``s3://``, ``gs://``,
     ``azblob://``, ``file://``, Pulumi Cloud)."""
+    if from_env := os.environ.get("SKYWARD_BACKEND_URL"):
+        return from_env  # before reading skyward.toml: its module costs a second to import
     from skyward_iac import config_file
 
-    return (os.environ.get("SKYWARD_BACKEND_URL") or config_file.state_setting("backend")
-            or f"file://{state_dir()}")
+    return config_file.state_setting("backend") or f"file://{state_dir()}"
 
 
 def file_backend() -> Path | None:
