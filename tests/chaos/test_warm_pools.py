@@ -121,6 +121,50 @@ def test_every_event_after_a_warm_adoption_names_the_adopted_stack() -> None:
     wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")
 
 
+def agents_of(stack: str) -> list[int]:
+    """The agent processes of ``stack``'s nodes."""
+    from tests.helpers import stack_processes
+
+    return [pid for pid in stack_processes(stack)
+            if b"skyward_iac.node\0agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def test_a_failed_adoption_discards_what_it_built_and_starts_cold() -> None:
+    """A warm pool whose agents are gone cannot be adopted: the claim goes back to its keeper,
+    everything built for the adoption stops (the warm nodes left as they are) and the pool
+    starts cold; from then on every event names the new stack."""
+    spec: dict[str, Any] = {"provider": sky.Local(), "nodes": 1, "ttl": 20,
+                            "image": sky.Image(env={"MARK": "failed-adoption"})}
+    quiet = {"console": False, "gc_on_start": False}
+    with sky.Compute(**spec, options=sky.Options(keep_warm=300, **quiet)) as pool:
+        warm_stack = pool.stack_name
+    wait(lambda: _key_of(warm_stack) is not None, 30, "the keeper never listed itself")
+    key = _key_of(warm_stack) or ""
+    for pid in agents_of(warm_stack):  # the nodes and their sshd stay; nobody answers a claim
+        os.kill(pid, signal.SIGKILL)
+    seen: list[Any] = []
+    adopter = sky.Compute(**spec, options=sky.Options(**quiet), on_event=seen.append)
+    with adopter as pool:
+        assert adopter.lifecycle is not None and not adopter.lifecycle.adopted
+        assert pool.stack_name == adopter.plan.stack_name != warm_stack
+        assert say("cold") >> pool == "cold"
+        # Nothing built for the adoption runs on (dispatcher, lease, node starts)...
+        wait(lambda: not [t for t in threading.enumerate() if t.name.startswith(warm_stack)],
+             10, f"threads of the adoption left: {threading.enumerate()}")
+        # ...and the keeper keeps its pool again, nodes untouched.
+        assert warm_stack in {entry["stack"] for _, entry in warm.listed(key)}
+        assert ClusterStack.select(warm_stack).resource_count() > 0
+    stacks = [event.stack for event in seen]
+    cold = stacks.index(pool.stack_name)
+    assert set(stacks[:cold]) == {warm_stack} and set(stacks[cold:]) == {pool.stack_name}, stacks
+    for pid in keepers():  # the test is over: its keeper and its pool go now
+        os.kill(pid, signal.SIGKILL)
+    wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")
+    done = skyward_iac("down", warm_stack, "--force", "--reason", "the test is over")
+    assert done.returncode == 0, done.stderr
+    wait_until_gone(warm_stack, 30)
+
+
 def test_one_adopter_at_a_time() -> None:
     first = open_pool(1, keep_warm=120, mark="race")
     results: list[dict[str, str]] = []
