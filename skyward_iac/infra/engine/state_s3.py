@@ -16,7 +16,7 @@ pkg/backend/diy: ``store.go`` ``StacksDir``/``HistoriesDir`` and the project sto
 * a path in the URL (``s3://bucket/team``) is a prefix of every key (``blob.PrefixedBucket``).
 
 Only tags, update records and resource types are read: nothing is decrypted, the secrets
-provider is never asked. Requests run in parallel, with boto3's default credential chain (the
+provider is never asked. Requests run in parallel, with botocore's default credential chain (the
 engine's AWS SDK has the same: environment, shared files and profile, SSO, web identity,
 instance role) and the URL's own settings (``region``, ``endpoint``, ``profile``, path style,
 ``disableSSL``). A URL with a setting not handled here (``role=``...), a compressed form not
