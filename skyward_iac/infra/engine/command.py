@@ -19,7 +19,8 @@ A command that writes the state backend is not started without room for it, and 
 run is classified (both in ``engine_failures``) before the SDK's own ``create_command_error``:
 a lost race on the tags file runs again; a full disk raises ``OutOfSpaceError`` naming the
 path and the space; a broken state file (``unexpected end of JSON input``, which names none)
-is mended by ``state_repair`` and the command runs again, once.
+is mended by ``state_repair`` (or, too young to judge, most often a file a live engine is
+writing, waited for) and the command runs again, up to ``ATTEMPTS`` in all.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from skyward_iac.infra.engine.failures import (
     no_room_error,
     stack_of,
 )
-from skyward_iac.infra.engine.state_repair import mend
+from skyward_iac.infra.engine.state_repair import SETTLE_SMALL, mend
 
 __all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "cancel", "interrupt_policy"]
 
@@ -60,7 +61,7 @@ def interrupt_policy(args: list[str]) -> str:
     return "wait" if "destroy" in args else "cancel"
 
 
-#: How many times a command that lost the tags race is run in all.
+#: How many times a command that lost the tags race, or read a broken state file, is run.
 ATTEMPTS = 3
 
 #: The commands running now that a Ctrl+C cancels (not a destroy), and the stack of each.
@@ -90,14 +91,13 @@ class EngineCommand(PulumiCommand):
             on_output: OnOutput | None = None,
             on_error: OnOutput | None = None) -> CommandResult:
         """Run the CLI with ``args`` (as the SDK's ``run`` does, in its own session). A run
-        that lost the tags-file race is run again, up to ``ATTEMPTS``; one that read a broken
-        state file runs again once the backend is mended; one that found no room raises
-        ``OutOfSpaceError`` (``classify``)."""
+        that lost the tags-file race is run again, up to ``ATTEMPTS``, as is one that read a
+        broken state file, once the backend is mended or the file's writer had time; one that
+        found no room raises ``OutOfSpaceError`` (``classify``)."""
         if "--non-interactive" not in args:
             args.insert(0, "--non-interactive")
         if short := lacking_room(args, additional_env):
             raise short
-        repaired = False
         for attempt in range(1, ATTEMPTS + 1):
             result = self._run_once(args, cwd, additional_env, on_output, on_error)
             failure = classify(result)
@@ -108,11 +108,15 @@ class EngineCommand(PulumiCommand):
                          "running it again", args[1] if len(args) > 1 else "")
                 time.sleep(0.1 * attempt)
                 continue
-            if failure is Failure.BROKEN_STATE and not repaired:
-                # The engine read a broken file before doing anything: mend, run once more.
-                repaired = True
-                if _mend_backend(additional_env):
-                    continue
+            if failure is Failure.BROKEN_STATE:
+                # The engine read a broken file before doing anything. Mend what has settled;
+                # a file too young to judge is most often one a live engine is writing (a
+                # sidecar is written in place), so give it time. Either way, run again.
+                if not _mend_backend(additional_env):
+                    log.info("pulumi %s read a state file being written; running it again",
+                             args[1] if len(args) > 1 else "")
+                    time.sleep(SETTLE_SMALL * attempt)
+                continue
             break
         if failure is Failure.NO_ROOM:
             raise no_room_error(result, args, cwd, additional_env)
