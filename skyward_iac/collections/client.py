@@ -12,6 +12,7 @@ UNAVAILABLE, which would make a one-endpoint client useless for five minutes aft
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Self, TypedDict, Unpack
@@ -39,6 +40,36 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
     return host.strip("[]"), int(port)
+
+
+class _Gate:
+    """Lets calls onto the channel until it closes; ``close`` waits for those in flight. (gRPC
+    does not raise for a stub made on a channel being closed: the process dies of SIGSEGV.)"""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._in_flight = 0
+        self.closed = False
+
+    @contextmanager
+    def call(self, action: str, key: str) -> Iterator[None]:
+        with self._changed:
+            if self.closed:
+                raise CollectionError(f"cannot {action} {key!r}: the connection to etcd is "
+                                      "closed (its pool has closed)")
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._in_flight -= 1
+                self._changed.notify_all()
+
+    def close(self, timeout: float) -> None:
+        """Refuse new calls; wait (at most ``timeout``: each call has its deadline) for the rest."""
+        with self._changed:
+            self.closed = True
+            self._changed.wait_for(lambda: self._in_flight == 0, timeout)
 
 
 class EtcdClient:
@@ -83,6 +114,7 @@ class EtcdClient:
             host = f"[{host}]" if ":" in host else host  # pyetcd joins host:port as given
             eps.append(pyetcd.Endpoint(host, port, secure=True, creds=credentials,
                                        time_retry=retry, opts=options))
+        self._gate = _Gate()
         self._etcd = pyetcd.MultiEndpointEtcd3Client(
             endpoints=eps, timeout=timeout, failover=len(eps) > 1
         )
@@ -129,7 +161,10 @@ class EtcdClient:
                 raise CollectionError(f"etcd did not accept a watch on {key!r} in time") from exc
 
     def cancel_watch(self, watch_id: int) -> None:
-        """Stops a watch made by :meth:`watch` (no error if it already ended)."""
+        """Stops a watch made by :meth:`watch` (no error if it already ended, or the client
+        closed: that ended every watch)."""
+        if self._gate.closed:
+            return
         with self._errors("cancel a watch on", str(watch_id)):
             self._etcd.watcher.cancel(watch_id)
 
@@ -184,7 +219,9 @@ class EtcdClient:
         return str(reply.version)
 
     def close(self) -> None:
-        """Closes the gRPC channels and the watch stream."""
+        """Closes the gRPC channels and the watch stream, once the calls in flight are done;
+        later calls raise ``CollectionError``."""
+        self._gate.close(self.timeout + 1.0)
         self._etcd.close()
 
     def __enter__(self) -> Self:
@@ -195,16 +232,17 @@ class EtcdClient:
 
     @contextmanager
     def _errors(self, action: str, key: str) -> Iterator[None]:
-        try:
-            yield
-        except (grpc.RpcError, Etcd3Exception) as exc:
-            if len(self.endpoints) > 1 and isinstance(exc, grpc.RpcError) and exc.code() in (
-                grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
-            ):
-                # Stubs are called directly, so pyetcd never sees the failure: steer failover.
-                self._etcd.endpoint_in_use.fail()
-                self._etcd._clear_old_stubs()
-            raise self._translate(exc, action, key) from exc
+        with self._gate.call(action, key):
+            try:
+                yield
+            except (grpc.RpcError, Etcd3Exception) as exc:
+                if len(self.endpoints) > 1 and isinstance(exc, grpc.RpcError) and exc.code() in (
+                    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
+                ):
+                    # Stubs are called directly, so pyetcd never sees the failure: steer failover.
+                    self._etcd.endpoint_in_use.fail()
+                    self._etcd._clear_old_stubs()
+                raise self._translate(exc, action, key) from exc
 
     def _translate(self, exc: BaseException, action: str, key: str) -> CollectionError:
         where = ", ".join(self.endpoints)

@@ -90,6 +90,9 @@ class ClientCollections:
         replaced: _Tunnel | None = None
         try:
             with self._lock:
+                if self._stopped.is_set():  # never reopen a tunnel once the pool closed
+                    raise CollectionError(f"pool {self._stack} is closed: its distributed "
+                                          "collections went with it")
                 config = node_config(self._outputs(), self._job_id)
                 if config.disabled_reason is not None:
                     if self._disabled is None:

@@ -681,3 +681,48 @@ def _concurrently(n: int, fn: Callable[[], T]) -> list[T]:
     if errors:
         raise errors[0]
     return results
+
+
+_PINGS_WHILE_CLOSING = """
+import sys, threading
+from skyward_iac.collections.client import EtcdClient
+from skyward_iac.api.errors import CollectionError
+endpoint, ca, cert, key = sys.argv[1], *(open(p).read() for p in sys.argv[2:5])
+refused = 0
+for _ in range(20):
+    client = EtcdClient([endpoint], ca_pem=ca, cert_pem=cert, key_pem=key, timeout=5)
+    stop = threading.Event()
+    errors = []
+    def ping():
+        while not stop.is_set():
+            try:
+                client.server_version()
+            except CollectionError as exc:
+                errors.append(str(exc))
+                return
+    pingers = [threading.Thread(target=ping) for _ in range(4)]
+    for thread in pingers:
+        thread.start()
+    client.server_version()
+    client.close()
+    stop.set()
+    for thread in pingers:
+        thread.join()
+    refused += sum("connection to etcd is closed" in error for error in errors)
+print(refused)
+"""
+
+
+def test_closing_a_client_while_other_threads_call_it_never_crashes(etcd: Etcd,
+                                                                     tmp_path: Path) -> None:
+    # CI, 2026-11-26: a pool's collections watcher pinged etcd while the pool's close closed
+    # the channel, and gRPC crashed the process (SIGSEGV in _get_registered_call_handle).
+    files = []
+    for name, text in (("ca", etcd.bundle.ca_pem), ("cert", etcd.bundle.client_cert_pem),
+                       ("key", etcd.bundle.client_key_pem)):
+        (tmp_path / name).write_text(text)
+        files.append(str(tmp_path / name))
+    run = subprocess.run([sys.executable, "-c", _PINGS_WHILE_CLOSING, etcd.endpoint, *files],
+                         check=False, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout) >= 20  # every round, calls after close were refused with words
