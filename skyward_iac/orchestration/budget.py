@@ -171,4 +171,4 @@ class BudgetGuard:
                                            spent_usd=spent, usd_per_hour=rate))
         # A stack update under way (a cold start's, a resize's) is stopped, not waited for:
         # it fails in its own thread, where the pool's failure (set just above) is raised.
-        command.cancel(self.stack)
+        command.cancel(self.stack, "its budget is spent")

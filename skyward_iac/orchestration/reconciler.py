@@ -25,6 +25,7 @@ from skyward_iac.infra.capacity.failover import (
     up_with_failover,
 )
 from skyward_iac.infra.capacity.spot_fallback import up_with_spot_fallback
+from skyward_iac.infra.engine.command import stopped_on_purpose
 from skyward_iac.infra.engine.provider_plugins import require_plugin
 from skyward_iac.infra.identity.cloud_credentials import require_credentials
 from skyward_iac.infra.programs import ClusterRequest
@@ -35,6 +36,7 @@ from skyward_iac.observability.events import (
     Error,
     Event,
     InstanceReplaced,
+    Log,
     ProvisionRetried,
 )
 from skyward_iac.orchestration.collections import node_config
@@ -120,6 +122,10 @@ class Reconciler:
                 self.step()
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
+                if why := stopped_on_purpose(self.identity.stack):
+                    log.info("stack %s: the update under way was stopped: %s",
+                             self.identity.stack, why)
+                    return
                 failures += 1
                 self.events.report(
                     Error(stack=self.identity.stack,
@@ -218,8 +224,14 @@ class Reconciler:
     def _engine_event(self, event: Event) -> None:
         # The pool says a node was replaced once its replacement is in service, not when the
         # engine recreated its instance.
-        if not isinstance(event, InstanceReplaced):
-            self.emit(event)
+        if isinstance(event, InstanceReplaced):
+            return
+        if isinstance(event, Error | Log) and stopped_on_purpose(self.identity.stack):
+            # What an engine stopped on purpose says about it (its cancel, the program's
+            # traceback) is expected: the pool says why, once (``_run``).
+            log.debug("stack %s: %s", self.identity.stack, event)
+            return
+        self.emit(event)
 
     def _drain(self, nodes: list[Node]) -> None:
         """Let leaving nodes finish their calls (bounded), then close them."""

@@ -225,6 +225,11 @@ def test_a_budget_spent_during_a_resize_stops_its_up_rather_than_wait_for_it(
     updates = [u for u in ClusterStack.select(stack).history() if u.kind == "update"]
     assert [u.result for u in updates if u.result == "succeeded"] == ["succeeded"], updates
     assert not any(isinstance(e, sky.InstanceBootstrapped) and e.node == 1 for e in events)
+    # The stopped update is said once, as the budget's doing, not relayed as the engine's errors.
+    errors = [e for e in events if isinstance(e, sky.Error)
+              and not isinstance(e, sky.BudgetWarning | sky.BudgetExceeded)]
+    assert errors == [], errors
+    assert not any("converging failed" in r.getMessage() for r in caplog.records)
     destroyed = next(e for e in events if isinstance(e, sky.ClusterDestroyed))
     print(f"destroyed {destroyed.timestamp - exceeded.timestamp:.1f}s after the last dollar; "
           f"updates: {[u.result for u in updates]}")

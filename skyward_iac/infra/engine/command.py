@@ -50,7 +50,8 @@ from skyward_iac.infra.engine.failures import (
 )
 from skyward_iac.infra.engine.state_repair import SETTLE_SMALL, mend
 
-__all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "cancel", "interrupt_policy"]
+__all__ = ["ATTEMPTS", "TAGS_FILE_RACE", "EngineCommand", "cancel", "interrupt_policy",
+           "stopped_on_purpose"]
 
 log = logging.getLogger("skyward")
 
@@ -69,11 +70,17 @@ _cancellable: dict[subprocess.Popen[str], str | None] = {}
 _cancellable_lock = threading.Lock()
 
 
-def cancel(stack: str) -> int:
+#: The stacks whose commands ``cancel`` stopped on purpose, and why: their failures are
+#: expected, so the pool says why once instead of relaying the engine's errors.
+_stopped_on_purpose: dict[str, str] = {}
+
+
+def cancel(stack: str, why: str = "asked to stop") -> int:
     """Ask every command running on ``stack`` but a destroy to stop, as a first Ctrl+C does
     (one SIGINT: the engine's graceful cancel; the command then fails in its own thread); how
-    many were asked."""
+    many were asked. ``stopped_on_purpose(stack)`` says ``why`` from now on."""
     with _cancellable_lock:
+        _stopped_on_purpose[stack] = why
         running = [process for process, name in _cancellable.items() if name == stack]
     for process in running:
         log.warning("stack %s: asking the engine to stop (SIGINT)", stack)
@@ -82,6 +89,12 @@ def cancel(stack: str) -> int:
         except ProcessLookupError:
             pass
     return len(running)
+
+
+def stopped_on_purpose(stack: str) -> str | None:
+    """Why ``cancel`` stopped ``stack``'s commands, or None if it never did."""
+    with _cancellable_lock:
+        return _stopped_on_purpose.get(stack)
 
 
 class EngineCommand(PulumiCommand):
