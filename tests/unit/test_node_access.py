@@ -23,7 +23,7 @@ from skyward_iac.cli_commands.debug import (
 )
 from skyward_iac.cli_commands.node_access import Refused, pick_nodes
 from skyward_iac.infra.stacks import access
-from skyward_iac.infra.stacks.tags import decode_tags, encode_tags
+from skyward_iac.infra.stacks.tags import MAX_TAG_VALUE, decode_tags, encode_tags
 from skyward_iac.outputs import NodeAddress
 from skyward_iac.remote.sftp_copy import remote_path
 from skyward_iac.remote.shell import command_line, node_command
@@ -101,7 +101,7 @@ def test_access_entries_are_tags_of_their_own_read_back_newest_first() -> None:
     second = access.entry_tag("cp from node 0:/w/x", "bo@laptop",
                               datetime(2026, 1, 2, 3, 4, 5, 7, tzinfo=UTC))
     assert len("skyward:" + first[0]) <= 40  # Pulumi's longest tag name
-    assert len(access.entry_tag("x" * 400, "a@b", datetime.now(UTC))[1]) == access.MAX_VALUE
+    assert len(access.entry_tag("x" * 400, "a@b", datetime.now(UTC))[1]) == MAX_TAG_VALUE
     tags = {"owner": "ana@box", "nodes": "2", **dict([first, second])}
     # Stored as separate tags, not inside the run tag (whose rewrite would drop them).
     stored = encode_tags(tags)

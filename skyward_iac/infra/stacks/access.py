@@ -14,16 +14,14 @@ records the program's name only.
 
 from __future__ import annotations
 
-import getpass
 import logging
-import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from skyward_iac.infra.stacks.tags import ACCESS
+from skyward_iac.infra.stacks.tags import ACCESS, MAX_TAG_VALUE, local_actor
 
 __all__ = ["ACCESS", "AccessEntry", "actor", "entries", "entry_tag", "listing", "record",
            "record_later"]
@@ -33,8 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyward")
 
-#: The longest tag value a Pulumi Cloud backend takes.
-MAX_VALUE = 256
 _STAMP = "%Y%m%dT%H%M%S"
 
 
@@ -47,9 +43,8 @@ class AccessEntry:
     action: str
 
 
-def actor() -> str:
-    """This user on this machine, as the access log names them."""
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+#: This user on this machine, as the access log names them.
+actor = local_actor
 
 
 def entry_tag(action: str, by: str, now: datetime) -> tuple[str, str]:
@@ -57,7 +52,7 @@ def entry_tag(action: str, by: str, now: datetime) -> tuple[str, str]:
     microseconds keep two entries of one second apart (the key stays within 40 characters)."""
     now = now.astimezone(UTC)
     key = f"{ACCESS}{now.strftime(_STAMP)}.{now.microsecond:06d}Z"
-    return key, f"{by} {action}"[:MAX_VALUE]
+    return key, f"{by} {action}"[:MAX_TAG_VALUE]
 
 
 def entries(tags: Mapping[str, str]) -> list[AccessEntry]:

@@ -128,6 +128,12 @@ class ProcessId:
                 "boot_id": self.boot}
 
 
+def local_actor() -> str:
+    """``user@host`` of this process: who a Local run or an action on a stack is by (as the
+    machine says it: anyone can set ``$USER``, so it is marked self-declared where it matters)."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
 def owner_tags() -> dict[str, str]:
     """Tags that identify this client process to a later collector."""
     return ProcessId.current().tags()
@@ -152,7 +158,7 @@ def stack_tags(spec: Spec, node_count: int, now: datetime | None = None,
     now = now or datetime.now(UTC)
     accelerator = spec.accelerator
     return {
-        "owner": f"{getpass.getuser()}@{socket.gethostname()}",
+        "owner": local_actor(),
         "created_at": now.isoformat(timespec="seconds"),
         "expires_at": expires_at(now, spec.ttl),
         "ttl": str(spec.ttl),
