@@ -66,3 +66,21 @@ def test_a_provider_pickled_at_its_old_path_loads_once_aliased(old: str) -> None
     aliased = python(LOAD, "alias", stdin=pickled.stdout)
     assert aliased.returncode == 0, aliased.stderr
     assert aliased.stdout.split() == [new, name]
+
+
+def test_no_provider_moves_without_an_alias() -> None:
+    """Every dynamic provider lives where stacks pickled it: a moved one needs its old path in
+    MOVED_PROVIDERS (and a case above), or existing stacks can no longer be destroyed."""
+    import importlib
+    import pkgutil
+
+    from pulumi.dynamic import ResourceProvider
+
+    import skyward_iac
+
+    for info in pkgutil.walk_packages(skyward_iac.__path__, "skyward_iac."):
+        if ".infra." in info.name and not info.ispkg:
+            importlib.import_module(info.name)
+    where = {cls.__module__ for cls in ResourceProvider.__subclasses__()
+             if cls.__module__.startswith("skyward_iac.")}
+    assert where == {*MOVED_PROVIDERS.values(), "skyward_iac.infra.programs.host_key"}
