@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from skyward_iac.api import retry
 from skyward_iac.api.errors import NodeConnectionError, SkywardError
 from skyward_iac.api.function import PendingFunction
 from skyward_iac.api.options import Options
@@ -117,7 +118,9 @@ class Dispatcher:
     def lost(self, index: int, submissions: list[Submission], reason: str) -> None:
         """Node ``index`` was lost with ``submissions`` unfinished: retry each (held until the
         node is fenced) or fail it when it has no retries left. Call after the node left
-        service, so no retry lands on it."""
+        service, so no retry lands on it. ``api/retry.for_task`` bounds the runs; no delay:
+        the hold until the node is fenced is the wait."""
+        policy = retry.for_task(self.options)
         retry_left = self.options.retry_on_interruption
         error = NodeConnectionError(f"node {index} was lost ({reason})")
         retried: list[Call] = []
@@ -125,7 +128,8 @@ class Dispatcher:
             self._unfenced.setdefault(index, reason)
             for submission in submissions:
                 if (not isinstance(submission, Call) or self._closed
-                        or submission.future.done() or submission.attempts >= retry_left):
+                        or submission.future.done()
+                        or not policy.allows(submission.attempts + 2)):  # runs made + 1
                     fail([submission], error if not isinstance(submission, Call) else
                          NodeConnectionError(f"{submission.name} (task {submission.task_id}): "
                                              f"{error}; no retries left "

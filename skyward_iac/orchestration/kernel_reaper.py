@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from skyward_iac.api import retry
 from skyward_iac.infra.stacks.tags import StackRecord, process_started
 from skyward_iac.processes import is_alive
 
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
     from skyward_iac.infra.stacks.destroy import Outcome
 
 log = logging.getLogger("skyward.kernel_reaper")
-#: How long a stack locked by someone else (a gc run) is waited for before giving up on it.
-BUSY_PATIENCE = 120.0
+#: How long a stack locked by someone else (a gc run) is waited for before giving up on it
+#: (``api/retry.for_stack_lock``: the destroy path tries again within it).
+BUSY_PATIENCE = retry.REAPER_PATIENCE
 
 
 def owned_stacks(records: Iterable[StackRecord], pid: int, started: str, host: str) -> list[str]:
@@ -52,6 +54,7 @@ def wait_for_exit(pid: int, started: str, poll: float = 1.0) -> None:
         finally:
             os.close(fd)
         return
+    # A watch, not a retry: nothing failed, the kernel is still running.
     while is_alive(pid) and (not started or process_started(pid) == started):
         time.sleep(poll)
 

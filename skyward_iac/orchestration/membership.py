@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.retry import RetryPolicy
 from skyward_iac.api.spec import MAX_NODES
 from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.plan import Bounds
@@ -90,11 +91,6 @@ def next_retry(members: Mapping[int, tuple[Phase, float]], declared: int, desire
     waits = [retry_at for i, (phase, retry_at) in members.items()
              if phase is Phase.LOST and i < min(declared, desired)]
     return min(waits) if waits else None
-
-
-def restart_delay(failures: int, base: float, cap: float = 60.0) -> float:
-    """Backoff before recreating a node whose start failed ``failures`` times in a row."""
-    return 0.0 if failures <= 0 else min(cap, base * 2 ** (failures - 1))
 
 
 def check_target(desired: int, floor: int, ceiling: int) -> None:
@@ -231,19 +227,18 @@ class Membership:
             self._cond.notify_all()
             return True
 
-    def start_failed(self, index: int, error: str, retry_delay: float,
-                     max_attempts: int) -> bool:
-        """Starting node ``index`` failed; it is retried after a backoff, or given up after
-        ``max_attempts`` in a row (True then)."""
+    def start_failed(self, index: int, error: str, policy: RetryPolicy) -> bool:
+        """Starting node ``index`` failed; it is retried after ``policy``'s delay, or given up
+        once ``policy`` allows no further attempt (True then): ``api/retry.for_node_start``."""
         with self._cond:
             member = self._members.get(index)
             if member is None or member.phase is not Phase.JOINING:
                 return False
             member.failures += 1
             member.reason = error
-            gave_up = member.failures >= max_attempts
+            gave_up = not policy.allows(member.failures + 1)
             member.phase = Phase.FAILED if gave_up else Phase.LOST
-            member.retry_at = time.monotonic() + restart_delay(member.failures, retry_delay)
+            member.retry_at = time.monotonic() + policy.delay_before(member.failures + 1)
             self._changed()
             return gave_up
 

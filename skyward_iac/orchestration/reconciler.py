@@ -6,7 +6,8 @@ tell the nodes in service their new peers; bootstrap the new nodes in the backgr
 joining the pool as it is ready. A lost node's old instance is gone once the update that
 recreates it succeeds: that fences it, and its held calls may run again. A step that fails
 is retried with backoff; a node that fails to start is recreated with backoff, and given up
-after ``max_provision_attempts`` in a row.
+after ``max_provision_attempts`` in a row; a stack update the cloud refuses tries the next
+places, each one attempt of one bounded sequence. The numbers are ``api/retry.py``'s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from skyward_iac.api import retry
+from skyward_iac.api.retry import Attempts, RetryPolicy
 from skyward_iac.infra.capacity.failover import (
     Alternative,
     alternatives,
@@ -47,11 +50,8 @@ from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.outputs import ClusterOutputs
 
 log = logging.getLogger("skyward")
-#: Longest wait between two attempts of a failing stack update.
-MAX_BACKOFF = 60.0
-#: Places (zones, regions) a new pool tries when capacity is refused, unless
-#: Options(max_provision_attempts) says otherwise.
-DEFAULT_PLACES = 3
+#: Attaching a warm pool's node is tried once: a failure falls back to a cold start.
+ATTACH = RetryPolicy("attach", attempts=1)
 
 
 class Reconciler:
@@ -114,7 +114,8 @@ class Reconciler:
             phases = self.membership.phases()
             retry = next_retry(phases, self.membership.declared, self.membership.desired)
             wait = None if retry is None else max(0.0, retry - time.monotonic())
-            self._wake.wait(wait if failures == 0 else max(wait or 0.0, self._backoff(failures)))
+            backoff = retry.for_converge(self.plan.options).delay_before(failures + 1)
+            self._wake.wait(wait if failures == 0 else max(wait or 0.0, backoff))
             self._wake.clear()
             if self._stopped.is_set() or self.membership.stopped:
                 return
@@ -132,10 +133,6 @@ class Reconciler:
                           message=f"converging failed (attempt {failures}): {exc}"),
                     log, logging.ERROR, "stack %s: converging failed (attempt %d): %s",
                     self.identity.stack, failures, exc)
-
-    def _backoff(self, failures: int) -> float:
-        delay = self.plan.options.provision_retry_delay or 2.0
-        return min(MAX_BACKOFF, delay * 2 ** (failures - 1))
 
     # ---- one step ------------------------------------------------------------------------
 
@@ -182,29 +179,38 @@ class Reconciler:
 
     def _up(self, request: ClusterRequest, translator: EngineEventTranslator,
             **up_options: Any) -> tuple[ClusterOutputs, ClusterRequest]:
-        """One stack update (with the spot fallback); a pool none of whose nodes exists yet
-        moves to the next zone or region when capacity is refused (``infra/capacity/failover.py``)."""
+        """One stack update and, while the cloud refuses it, the next places: refused nodes
+        moved (``infra/capacity/spot_fallback.py``) and, for a pool none of whose nodes exists
+        yet, the pool moved to the next zone, region or Spec (``infra/capacity/failover.py``).
+        Every place is one attempt of one sequence (``api/retry.for_provision``), announced
+        by a ``ProvisionRetried``."""
         places = [] if self.outputs is not None else (
             alternatives(request) + spec_alternatives(request, self._usable_fallbacks()))
-        limit = self.plan.options.max_provision_attempts or DEFAULT_PLACES
+        policy = retry.for_provision(self.plan.options)
+        attempts = Attempts(policy.attempts)
+
+        def retried(moved: ClusterRequest, attempt: int, reason: str, why: str) -> None:
+            self.emit(ProvisionRetried(stack=self.identity.stack, attempt=attempt,
+                                       reason=reason,
+                                       region=moved.offer.region if moved.offer else "",
+                                       zone=moved.zone, why=why))
+            time.sleep(policy.delay_before(attempt))
 
         def up(attempted: ClusterRequest, zone_next: bool) -> tuple[ClusterOutputs,
                                                                     ClusterRequest]:
             return up_with_spot_fallback(self.stack, attempted, translator,
-                                         defer_zonal=zone_next, **up_options)
+                                         defer_zonal=zone_next, attempts=attempts,
+                                         on_retry=retried, **up_options)
 
         def move(moved: ClusterRequest, place: Alternative, attempt: int, reason: str) -> None:
             log.warning("stack %s: no capacity (%s); trying %s (%s), place %d of at most %d",
-                        self.identity.stack, reason, place.where, place.why, attempt, limit)
-            assert moved.offer is not None
-            self.emit(ProvisionRetried(stack=self.identity.stack, attempt=attempt,
-                                       reason=reason, region=moved.offer.region,
-                                       zone=moved.zone, why=place.why))
+                        self.identity.stack, reason, place.where, place.why, attempt,
+                        policy.attempts)
             self.plan = self.plan.moved_to(moved)
             self.stack.set_request(moved)
-            time.sleep(self.plan.options.provision_retry_delay or 0)
+            retried(moved, attempt, reason, place.why)
 
-        (outputs, in_force), _ = up_with_failover(up, request, places, limit, move)
+        (outputs, in_force), _ = up_with_failover(up, request, places, attempts, move)
         return outputs, in_force
 
     def _usable_fallbacks(self) -> list[Any]:
@@ -283,9 +289,7 @@ class Reconciler:
             if self._stopped.is_set() or self.membership.stopped:
                 return
             gave_up = self.membership.start_failed(
-                index, f"{type(exc).__name__}: {exc}",
-                self.plan.options.provision_retry_delay or 2.0,
-                self.plan.options.max_provision_attempts or 3)
+                index, f"{type(exc).__name__}: {exc}", retry.for_node_start(self.plan.options))
             if self._thread is None and not self.membership.can_reach(self.plan.bounds.ready_at):
                 # The pool is starting and cannot any more: its start fails with this error,
                 # reported there (FATAL) and raised; "it will be recreated" would be untrue.
@@ -330,7 +334,7 @@ class Reconciler:
                                node_config(outputs, self.plan.run_id))
         except Exception as exc:  # noqa: BLE001 - the caller falls back to a cold start
             self.start_errors.setdefault(index, exc)
-            self.membership.start_failed(index, f"{type(exc).__name__}: {exc}", 0.0, 1)
+            self.membership.start_failed(index, f"{type(exc).__name__}: {exc}", ATTACH)
             return
         if not self.membership.joined(index, node):
             node.detach()

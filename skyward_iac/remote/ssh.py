@@ -12,6 +12,7 @@ from typing import Any
 import fabric
 import paramiko
 
+from skyward_iac.api import retry
 from skyward_iac.api.errors import HostKeyMismatchError, NodeConnectionError
 from skyward_iac.outputs import NodeAddress
 
@@ -52,9 +53,10 @@ def connect(node: NodeAddress, private_key_pem: str, timeout: float, wait: float
 
     A node that is still booting (nothing listening yet, sshd starting, the authorized key not
     yet written by cloud-init) is retried every ``retry_interval`` seconds for ``wait`` seconds
-    (default ``timeout``); each attempt and every later channel wait at most ``timeout``. A host
-    key other than the pinned one is never retried.
+    (default ``timeout``: ``api/retry.for_ssh_connect``); each attempt and every later channel
+    wait at most ``timeout``. A host key other than the pinned one is never retried.
     """
+    policy = retry.for_ssh_connect(retry_interval, timeout if wait is None else wait)
     started = time.monotonic()
     deadline = started + (timeout if wait is None else wait)
     pkey = paramiko.Ed25519Key.from_private_key(io.StringIO(private_key_pem))
@@ -84,15 +86,16 @@ def connect(node: NodeAddress, private_key_pem: str, timeout: float, wait: float
         except (OSError, EOFError) as exc:
             conn.close()
             error = exc
-        if time.monotonic() + retry_interval >= deadline:
+        delay = policy.again(error, attempts, time.monotonic() - started)
+        if delay is None:
             raise NodeConnectionError(
                 f"SSH to {where} failed after {attempts} attempt(s) in "
                 f"{time.monotonic() - started:.0f}s: {str(error) or type(error).__name__} "
                 "(raise Options.ssh_timeout if the node boots "
                 "slowly)"
             ) from error
-        log.debug("SSH to %s: %s; retrying in %.1fs", where, error, retry_interval)
-        time.sleep(retry_interval)
+        log.debug("SSH to %s: %s; retrying in %.1fs", where, error, delay)
+        time.sleep(delay)
     transport = conn.transport
     transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     transport.set_keepalive(15)

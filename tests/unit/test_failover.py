@@ -221,3 +221,25 @@ def test_fallbacks_keep_to_the_same_plugins_and_the_policy(tmp_path, monkeypatch
     monkeypatch.setenv("SKYWARD_POLICY", str(policy))
     gcp = sky.Spec(sky.GCP(project="p", ssh_cidr="1.2.3.4/32"), sky.accelerators.L4())
     assert plan_pool([aws, gcp], None, sky.Options(selection="first"), {}).fallbacks == ()
+
+
+def test_the_node_fallback_and_the_places_spend_one_budget() -> None:
+    """Issue 30: a node moved by the fallback inside an ``up`` counts as one attempt of the
+    sequence that failover's places spend too; the limit is reached sooner and says so."""
+    from skyward_iac.api.retry import Attempts
+
+    request = gcp_l4(1)
+    attempts = Attempts(3)
+    tried: list[ClusterRequest] = []
+
+    def up(attempted: ClusterRequest, zone_next: bool) -> str:
+        tried.append(attempted)
+        if len(tried) == 1:
+            assert attempts.spend() == 2  # the node fallback ran a second update here
+        raise ProvisionError(GCP_ZONE)
+
+    moves: list[int] = []
+    with pytest.raises(ProvisionError, match="3 place.s. tried, the most Options"):
+        up_with_failover(up, request, alternatives(request), attempts,
+                         on_move=lambda r, p, n, why: moves.append(n))
+    assert len(tried) == 2 and moves == [3] and attempts.made == 3

@@ -80,3 +80,23 @@ def test_the_policies_come_from_the_options_that_bound_them() -> None:
     lock = retry.for_stack_lock(0.0)
     assert lock.again(RuntimeError("locked"), failed=1) is None  # no patience: no retry
     assert retry.ENGINE_COMMAND.attempts == 3
+
+
+def test_a_node_start_is_recreated_after_the_delay_and_given_up_at_the_limit() -> None:
+    import time
+
+    from skyward_iac.orchestration.membership import Membership, Phase
+    from skyward_iac.orchestration.plan import Bounds
+
+    membership = Membership(Bounds(1, 1, 1), lambda nodes: None, lambda: None)
+    membership.declared_now(1, (0,))
+    policy = retry.for_node_start(sky.Options(max_provision_attempts=2,
+                                              provision_retry_delay=5.0))
+    before = time.monotonic()
+    assert not membership.start_failed(0, "sshd down", policy)
+    member = membership.member(0)
+    assert member is not None and member.phase is Phase.LOST
+    assert before + 5.0 <= member.retry_at <= time.monotonic() + 5.0
+    membership.declared_now(1, (0,))  # the reconciler recreates it
+    assert membership.start_failed(0, "sshd down again", policy)  # two in a row: given up
+    assert membership.member(0).phase is Phase.FAILED  # type: ignore[union-attr]

@@ -234,3 +234,76 @@ def test_up_moves_a_node_through_the_zones_then_on_demand() -> None:
     _, final = up_with_spot_fallback(stack, first)  # type: ignore[arg-type]
     assert [r.node_zones.get(1) for r in stack.requests] == [*zones[1:], zones[-1]]
     assert final.on_demand_nodes == {1} and final.node_zones == {1: zones[-1]}
+
+
+def test_each_node_move_is_one_announced_attempt_of_a_bounded_sequence() -> None:
+    """Issue 30: a node moved to a sibling zone is one attempt of the sequence
+    ``Options(max_provision_attempts)`` bounds, announced with its reason; once the sequence
+    is spent the refusal is raised (capacity failover then says the limit was reached)."""
+    from skyward_iac.api.retry import Attempts
+
+    first = cpu_request()
+    assert first.offer is not None and len(first.offer.zones) >= 3
+    zones = first.offer.zones
+    stack = RefusingStack([{1: AWS_CAPACITY.replace("us-east-1a", zone)} for zone in zones])
+    announced: list[tuple[int, str, str]] = []
+    attempts = Attempts(3)
+    with pytest.raises(ProvisionError):
+        up_with_spot_fallback(stack, first, attempts=attempts,  # type: ignore[arg-type]
+                              on_retry=lambda r, n, reason, moved: announced.append(
+                                  (n, reason, moved)))
+    assert [n for n, _, _ in announced] == [2, 3]
+    assert all("InsufficientInstanceCapacity" in reason for _, reason, _ in announced)
+    assert announced[0][2] == f"node 1 -> {zones[1]}"
+    assert len(stack.up_options) == 3 and attempts.cut_short  # 3 updates, the 4th refused
+
+
+class LeasedStack(RefusingStack):
+    """A ``RefusingStack`` a pool's parts can be built on (its lease's first renewal is
+    minutes away) whose failed ``up`` names the refusals, as the engine's stderr does."""
+
+    def up(self, on_event: Any = None, **options: Any) -> str:
+        errors = "\n".join(self.rounds[0].values()) if self.rounds else ""
+        try:
+            return super().up(on_event, **options)
+        except ProvisionError as exc:
+            raise ProvisionError(f"{exc}:\n{errors}") from None
+
+    def renew_lease(self, until: str) -> None:
+        raise AssertionError("not renewed within the test")
+
+
+def test_a_pool_announces_every_node_move_and_stops_at_max_provision_attempts() -> None:
+    """The reconciler wires the node fallback to the pool's events: each node moved to a
+    sibling zone is a ``ProvisionRetried`` with the cloud's reason and what moved, and
+    ``Options(max_provision_attempts)`` bounds the updates (issue 30)."""
+    import threading
+
+    from skyward_iac.observability.bus import EventBus
+    from skyward_iac.observability.events import ProvisionRetried
+    from skyward_iac.orchestration.parts import PoolParts
+    from skyward_iac.orchestration.plan import plan_pool
+
+    plan = plan_pool([sky.Spec(provider=sky.AWS(ssh_cidr=CALLER), vcpus=4, nodes=3,
+                               allocation="spot")],
+                     None, sky.Options(console=False, max_provision_attempts=3), {})
+    assert plan.request.offer is not None and nodes_move_alone(plan.request)
+    zones = plan.request.offer.zones
+    stack = LeasedStack([{1: AWS_CAPACITY.replace("us-east-1a", zone)} for zone in zones],
+                        name=plan.stack_name)
+    events, seen = EventBus(), []
+    events.subscribe(seen.append, ProvisionRetried)
+    before = set(threading.enumerate())
+    parts = PoolParts(plan, stack, events, lambda *_: None,  # type: ignore[arg-type]
+                      lambda error: None)
+    try:
+        with pytest.raises(ProvisionError, match="3 place.s. tried, the most Options"):
+            parts.reconciler._up(plan.request, None)  # type: ignore[arg-type]
+    finally:
+        parts.discard("test over")
+    assert len(stack.up_options) == 3
+    assert [(e.attempt, e.why) for e in seen] == [(2, f"node 1 -> {zones[1]}"),
+                                                   (3, f"node 1 -> {zones[2]}")]
+    assert all("InsufficientInstanceCapacity" in e.reason and e.region == plan.request.offer.region
+               for e in seen)
+    assert set(threading.enumerate()) <= before | {threading.current_thread()}

@@ -12,8 +12,10 @@ region, a refusal of every region (a global quota such as GCP's ``GPUS_ALL_REGIO
 every place on that cloud; when nothing that could help is left, the error names the refusal
 and, for a quota, how to raise it. Only a pool none of whose nodes exists moves: moving a stack
 with running nodes would replace them. The order is a pure function of the request and the
-catalog; ``lifecycle``/``reconciler`` run it, bounded by
-``Options(max_provision_attempts, provision_retry_delay, provision_timeout)``.
+catalog; the reconciler runs it. Every place tried, and every node the node fallback moves,
+is one attempt of one sequence (``api/retry.Attempts``) bounded by
+``Options(max_provision_attempts)`` and announced by a ``ProvisionRetried``
+(``api/retry.for_provision``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from skyward_iac.api.errors import ProvisionError
+from skyward_iac.api.retry import Attempts
 from skyward_iac.infra.capacity.offers import Catalog, Choice, Offer, current_catalog
 from skyward_iac.infra.capacity.refusals import Refusal, Scope, refusal_in
 from skyward_iac.infra.capacity.zones import nodes_move_alone
@@ -116,17 +119,18 @@ T = TypeVar("T")
 
 
 def up_with_failover(up: Callable[[ClusterRequest, bool], T], request: ClusterRequest,
-                     places: list[Alternative], limit: int,
+                     places: list[Alternative], limit: int | Attempts,
                      on_move: Callable[[ClusterRequest, Alternative, int, str], None],
                      ) -> tuple[T, ClusterRequest]:
     """``up(request, zone_next)``; while it fails with a refusal some place left may not share,
-    ``on_move(next request, where, attempt, reason)`` and ``up`` there, trying at most
-    ``limit`` places in all. ``zone_next`` tells ``up`` that a sibling zone is tried next (the
-    node fallback leaves a zone's refusal to it). Returns what the last ``up`` returned and the
-    request it ran."""
-    attempt, remaining = 1, list(places)
+    ``on_move(next request, where, attempt, reason)`` and ``up`` there, making at most
+    ``limit`` attempts in all (an ``Attempts`` the node fallback inside ``up`` spends too).
+    ``zone_next`` tells ``up`` that a sibling zone is tried next (the node fallback leaves a
+    zone's refusal to it). Returns what the last ``up`` returned and the request it ran."""
+    attempts = limit if isinstance(limit, Attempts) else Attempts(limit)
+    remaining = list(places)
     while True:
-        zone_next = (attempt < limit and bool(remaining)
+        zone_next = (not attempts.exhausted() and bool(remaining)
                      and _same_region(remaining[0].request, request))
         try:
             return up(request, zone_next), request
@@ -135,11 +139,11 @@ def up_with_failover(up: Callable[[ClusterRequest, bool], T], request: ClusterRe
             if refusal is None:
                 raise
             remaining = [place for place in remaining if can_help(place, request, refusal)]
-            if not remaining or attempt >= limit:
-                raise refused_error(refusal, exc, attempt, bool(remaining),
+            attempt = attempts.spend() if remaining else None
+            if attempt is None:
+                raise refused_error(refusal, exc, attempts.made, attempts.cut_short,
                                     request.offer) from exc
             reason = f"{refusal.describe()}: {refusal.line}"[:300]
-        attempt += 1
         place = remaining.pop(0)
         # Nodes the fallback moved on demand stay so in the same Spec, not in another.
         same_spec = place.request.spec is request.spec

@@ -18,7 +18,9 @@ nodes exists yet leaves a zone's refusal to capacity failover when it tries a si
 (``defer_zonal``): the whole pool tries the next zone before any node goes on demand.
 ``allocation="spot"`` never falls back on demand. A refusal of the whole region on the market in
 force, or of every region (a quota), is left to failover (``failover.py``). The decision is pure
-(``node_retry``); ``up_with_spot_fallback`` runs it.
+(``node_retry``); ``up_with_spot_fallback`` runs it, each retry one attempt of the sequence
+capacity failover spends too (``api/retry.Attempts``, bounded by
+``Options(max_provision_attempts)``), announced to ``on_retry`` (a ``ProvisionRetried``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from skyward_iac.api.errors import ProvisionError
+from skyward_iac.api.retry import Attempts
 from skyward_iac.infra.capacity.offers import Market, market_for
 from skyward_iac.infra.capacity.refusals import Cause, Refusal, Scope, refusal_in
 from skyward_iac.infra.capacity.zones import node_zone, nodes_move_alone, ordered, pool_zone
@@ -139,12 +142,17 @@ def describe_moves(before: ClusterRequest, after: ClusterRequest) -> str:
 
 def up_with_spot_fallback(
     stack: ClusterStack, request: ClusterRequest,
-    on_event: Callable[[Any], Any] | None = None, defer_zonal: bool = False, **up_options: Any,
+    on_event: Callable[[Any], Any] | None = None, defer_zonal: bool = False,
+    attempts: Attempts | None = None,
+    on_retry: Callable[[ClusterRequest, int, str, str], Any] | None = None, **up_options: Any,
 ) -> tuple[ClusterOutputs, ClusterRequest]:
     """``stack.up(**up_options)``; while it fails with nodes refused that may launch elsewhere
-    (``node_retry``), move them and run ``up`` again. Returns the outputs and the request in
-    force. Used for the first ``up`` and for every later one (replacements, resizes)."""
-    attempts: dict[int, set[Attempt]] = {}
+    (``node_retry``), move them and run ``up`` again, each time spending one of ``attempts``
+    (none left: the refusal is raised, for failover to judge) and calling
+    ``on_retry(request, attempt, reason, what moved)`` first. Returns the outputs and the
+    request in force. Used for the first ``up`` and for every later one (replacements,
+    resizes). Without ``attempts``, each node tries each zone once per market."""
+    tried: dict[int, set[Attempt]] = {}
     while True:
         failures = NodeFailures(on_event)
         try:
@@ -153,13 +161,26 @@ def up_with_spot_fallback(
             for node, message in failures.by_node.items():
                 refusal = refusal_in(message)
                 zone = (refusal.zone if refusal else None) or node_zone(request, node)
-                attempts.setdefault(node, set()).add((zone, node_market(request, node)))
-            retry = node_retry(request, failures.by_node, attempts, defer_zonal)
-            if retry is None:
+                tried.setdefault(node, set()).add((zone, node_market(request, node)))
+            retry = node_retry(request, failures.by_node, tried, defer_zonal)
+            attempt = None if retry is None or attempts is None else attempts.spend()
+            if retry is None or (attempts is not None and attempt is None):
                 raise
         first = next(iter(failures.by_node.values()), "").strip().splitlines()
+        reason = _reason(failures.by_node)
+        moves = describe_moves(request, retry)
         log.warning("stack %s: the cloud refused node(s) %s (%s); retrying: %s",
                     request.stack_name, ", ".join(map(str, sorted(failures.by_node))),
-                    first[0][:200] if first else "", describe_moves(request, retry))
+                    first[0][:200] if first else "", moves)
         stack.set_request(retry)
+        if on_retry is not None and attempt is not None:
+            on_retry(retry, attempt, reason, moves)
         request = retry
+
+
+def _reason(by_node: Mapping[int, str]) -> str:
+    """The first refusal among the nodes' errors, as failover words one (for the event)."""
+    for message in by_node.values():
+        if (refusal := refusal_in(message)) is not None:
+            return f"{refusal.describe()}: {refusal.line}"[:300]
+    return ""

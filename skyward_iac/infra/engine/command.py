@@ -20,7 +20,8 @@ run is classified (both in ``engine_failures``) before the SDK's own ``create_co
 a lost race on the tags file runs again; a full disk raises ``OutOfSpaceError`` naming the
 path and the space; a broken state file (``unexpected end of JSON input``, which names none)
 is mended by ``state_repair`` (or, too young to judge, most often a file a live engine is
-writing, waited for) and the command runs again, up to ``ATTEMPTS`` in all.
+writing, waited for) and the command runs again, up to ``ATTEMPTS`` in all, as
+``api/retry.ENGINE_COMMAND`` says (its delays jittered: the race is with another process).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import IO
 
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation._cmd import OnOutput
 from pulumi.automation.errors import create_command_error
 
+from skyward_iac.api import retry
 from skyward_iac.infra.engine.failures import (
     TAGS_FILE_RACE,
     Failure,
@@ -63,7 +66,11 @@ def interrupt_policy(args: list[str]) -> str:
 
 
 #: How many times a command that lost the tags race, or read a broken state file, is run.
-ATTEMPTS = 3
+ATTEMPTS = retry.ENGINE_COMMAND.attempts or 1
+#: A state file being written is given more time than the tags race: the same policy from
+#: ``SETTLE_SMALL``, the age below which a file is too young to judge, so without jitter (a
+#: wait shorter than that would find it still too young).
+_SETTLE = replace(retry.ENGINE_COMMAND, delay=SETTLE_SMALL, jitter=0.0)
 
 #: The commands running now that a Ctrl+C cancels (not a destroy), and the stack of each.
 _cancellable: dict[subprocess.Popen[str], str | None] = {}
@@ -119,7 +126,7 @@ class EngineCommand(PulumiCommand):
             if failure is Failure.TAGS_RACE:
                 log.info("pulumi %s read the stack's tags while they were being written; "
                          "running it again", args[1] if len(args) > 1 else "")
-                time.sleep(0.1 * attempt)
+                time.sleep(retry.ENGINE_COMMAND.delay_before(attempt + 1))
                 continue
             if failure is Failure.BROKEN_STATE:
                 # The engine read a broken file before doing anything. Mend what has settled;
@@ -128,7 +135,7 @@ class EngineCommand(PulumiCommand):
                 if not _mend_backend(additional_env):
                     log.info("pulumi %s read a state file being written; running it again",
                              args[1] if len(args) > 1 else "")
-                    time.sleep(SETTLE_SMALL * attempt)
+                    time.sleep(_SETTLE.delay_before(attempt + 1))
                 continue
             break
         if failure is Failure.NO_ROOM:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from skyward_iac.api import retry
 from skyward_iac.api.errors import StackBusyError
 from skyward_iac.infra.clouds import cloud_of_stack
 from skyward_iac.infra.engine.command import completed
@@ -46,8 +47,6 @@ POOL, KEEPER, REAPER, GC, DOWN = "pool", "keeper", "kernel reaper", "gc", "down"
 #: What became of a destroy (``Outcome.status``).
 DESTROYED, ALREADY_DOWN, REFUSED, BUSY, FAILED = (
     "destroyed", "already down", "refused", "busy", "destroy failed")
-#: How often a destroyer that waits for the stack's lock looks again.
-LOCK_POLL = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +108,7 @@ def destroy(stack: ClusterStack | str, who: Destroyer, *,
             return Outcome(name, ALREADY_DOWN)
         if why := refusal(name, holder_of(record, look), force=who.force):
             return Outcome(name, REFUSED, why)
-    deadline = time.monotonic() + who.patience
+    lock_wait, started, tries = retry.for_stack_lock(who.patience), time.monotonic(), 0
     deleted = _Deleted(on_event)
     try:
         if not who.holds:
@@ -121,12 +120,14 @@ def destroy(stack: ClusterStack | str, who: Destroyer, *,
                 handle.destroy(message=who.message, on_event=deleted if who.holds else on_event)
                 break
             except StackBusyError as exc:
-                if time.monotonic() >= deadline:
+                tries += 1
+                delay = lock_wait.again(exc, tries, time.monotonic() - started)
+                if delay is None:
                     return Outcome(name, BUSY, f"another update holds the stack ({exc})", exc,
                                    who.message)
                 if handle.stale_locks():  # its holder died on this machine
                     handle.clear_crash_leftovers()
-                time.sleep(LOCK_POLL)
+                time.sleep(delay)
                 if handle.resource_count() == 0:  # another destroyer finished it meanwhile
                     return Outcome(name, ALREADY_DOWN, message=who.message)
     except Exception as exc:  # noqa: BLE001 - recorded; the caller decides what it means
