@@ -71,9 +71,11 @@ class Options(UserModel):
     ssh_timeout: float = Field(default=30.0, gt=0)
     #: Seconds between attempts to reach a node over SSH.
     ssh_retry_interval: float = Field(default=1.0, gt=0)
-    #: Seconds before the first retry of a failed stack update or node start (doubling).
+    #: Seconds between stack updates tried after a capacity refusal; before the first retry
+    #: of a failed node start or converge step (doubling). ``api/retry.py`` uses both.
     provision_retry_delay: float | None = Field(default=None, gt=0)
-    #: Consecutive failed starts of one node before the pool gives up on it.
+    #: Stack updates tried after capacity refusals (each node moved, each place: one), and
+    #: consecutive failed starts of one node before the pool gives up on it.
     max_provision_attempts: int | None = Field(default=None, ge=1)
     bootstrap_timeout: float | None = Field(default=None, gt=0)
     shutdown_timeout: float = Field(default=120.0, gt=0)

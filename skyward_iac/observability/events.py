@@ -126,8 +126,10 @@ class InstancePreempted(Event):
 
 @dataclass(frozen=True, slots=True)
 class ProvisionRetried(Event):
-    """The cloud refused capacity for a new pool; it tries again elsewhere (``attempt`` counts
-    from 2): ``reason`` is the cloud's error, ``region``/``zone`` where it goes now."""
+    """The cloud refused a stack update's nodes; it tries again elsewhere (``attempt`` counts
+    from 2, up to ``Options(max_provision_attempts)``): ``reason`` is the cloud's error,
+    ``region``/``zone`` where the pool goes now, ``why`` what moved (the next zone, region or
+    Spec of a new pool, or ``node 1 -> us-east-1b`` / ``node 1 -> on demand``)."""
 
     stack: str
     attempt: int
