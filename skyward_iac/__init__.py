@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from skyward_iac import plugins
+    from skyward_iac import plugins, storage
     from skyward_iac.api import accelerators, containers, metrics, time
-    from skyward_iac.api import storage_presets as storage
     from skyward_iac.api.containers import DockerImage
     from skyward_iac.api.errors import (
         BootstrapError,
@@ -66,20 +65,20 @@ if TYPE_CHECKING:
     )
     from skyward_iac.api.sampler import DistributedSampler
     from skyward_iac.api.spec import Image, Nodes, PipIndex, Spec
-    from skyward_iac.api.storage import Storage
     from skyward_iac.api.volumes import Volume
     from skyward_iac.collections.context import barrier, counter, dict, lock, queue, set
     from skyward_iac.orchestration.compute import Compute, MultiPool, Session, pool
     from skyward_iac.orchestration.pool import Pool
+    from skyward_iac.storage.client import Storage
 
 
 __version__ = "0.1.0"
 
-#: Submodules offered as attributes (``sky.storage`` is ``api.storage_presets``).
+#: Submodules offered as attributes.
 _MODULES = {
     "plugins": "skyward_iac.plugins", "accelerators": "skyward_iac.api.accelerators",
     "containers": "skyward_iac.api.containers", "metrics": "skyward_iac.api.metrics",
-    "time": "skyward_iac.api.time", "storage": "skyward_iac.api.storage_presets",
+    "time": "skyward_iac.api.time", "storage": "skyward_iac.storage",
 }
 #: Every public name and the module it comes from, imported on first use.
 _LAZY = {
@@ -104,7 +103,7 @@ _LAZY = {
     "HealthChecker": "skyward_iac.api.health",
     "LogConfig": "skyward_iac.api.log_config",
     "DistributedSampler": "skyward_iac.api.sampler",
-    "Storage": "skyward_iac.api.storage",
+    "Storage": "skyward_iac.storage.client",
     "Volume": "skyward_iac.api.volumes",
     "Compute": "skyward_iac.orchestration.compute",
     "MultiPool": "skyward_iac.orchestration.compute",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from skyward_iac.api.storage import Storage
+from skyward_iac.storage import Storage
 
 ACCESS_KEY = "skyward-test-access"
 SECRET_KEY = "skyward-test-secret-0123456789"

@@ -23,8 +23,7 @@ from pydantic import field_validator
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.model import UserModel
-from skyward_iac.api.storage import Storage
-from skyward_iac.api.storage_presets import GCS_ENDPOINT
+from skyward_iac.api.storage import GCS_ENDPOINT, StorageEndpoint
 
 #: Paths a volume may not be mounted on (or, for the last group, under): mounting there would
 #: hide the node's own system, the skyward workdir, or the temporary directory tasks rely on.
@@ -52,7 +51,7 @@ class Volume(UserModel):
     mount: str
     prefix: str = ""
     read_only: bool = True
-    storage: Storage | None = None
+    storage: StorageEndpoint | None = None
 
     @field_validator("bucket")
     @classmethod
@@ -97,7 +96,7 @@ def check_mount(mount: str) -> str:
     return path
 
 
-def is_aws_s3(storage: Storage) -> bool:
+def is_aws_s3(storage: StorageEndpoint) -> bool:
     """Whether ``storage`` is Amazon S3 itself (not an S3-compatible vendor)."""
     host = storage.endpoint.split("://", 1)[-1].split("/", 1)[0]
     return host.endswith(".amazonaws.com") and host.startswith("s3")

@@ -18,7 +18,8 @@ from skyward_iac.api.errors import (
     StorageAccessDeniedError,
     StorageError,
 )
-from skyward_iac.api.storage import MiB, Storage
+from skyward_iac.api.storage import MiB
+from skyward_iac.storage import Storage
 from tests.s3_server import (  # noqa: F401 - shared pytest fixtures
     S3Server,
     s3_server,
@@ -167,7 +168,7 @@ def test_hyperstack_mints_one_key_pair_through_its_api(server: S3Server, bucket:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from skyward_iac.api import storage_presets
+    from skyward_iac.storage import presets as storage_presets
 
     calls: list[tuple[str, str, str | None, dict[str, object]]] = []
 

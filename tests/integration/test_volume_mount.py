@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from skyward_iac.api.storage import Storage
 from skyward_iac.api.volumes import Volume, volume_keys
 from skyward_iac.processes import is_alive
 from skyward_iac.remote.volumes import MountPlan, mount_plan, mount_script, unmount_script
+from skyward_iac.storage import Storage
 from tests.s3_server import (  # noqa: F401 - shared pytest fixtures
     S3Server,
     s3_server,

@@ -15,9 +15,8 @@ import pulumi
 import pytest
 
 import skyward_iac as sky
-from skyward_iac.api import storage_presets as presets
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.storage import Storage, resolve_credential
+from skyward_iac.api.storage import resolve_credential
 from skyward_iac.api.volumes import (
     Volume,
     VolumeKeys,
@@ -41,6 +40,7 @@ from skyward_iac.infra.programs.gcp_identity import (
 )
 from skyward_iac.infra.programs.testing import ProgramMocks, run_program
 from skyward_iac.remote.volumes import mount_plan, mount_script, unmount_script
+from skyward_iac.storage import Storage, presets
 
 # pulumi_aws / pulumi_gcp warn about their own deprecated resources when their modules load.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -20,14 +20,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from skyward_iac.api.errors import ConfigError, StorageError
-from skyward_iac.api.storage import Credential, Storage
+from skyward_iac.api.storage import GCS_ENDPOINT, Credential
+from skyward_iac.storage.client import Storage
 
 __all__ = ["GCS", "R2", "S3", "Backblaze", "Credential", "Hyperstack", "Storage", "Wasabi"]
 
 HYPERSTACK_API = "https://infrahub-api.nexgencloud.com/v1"
 #: Hyperstack's S3 endpoint per object-storage region.
 HYPERSTACK_ENDPOINTS = {"CANADA-1": "https://ca1.obj.nexgencloud.io"}
-GCS_ENDPOINT = "https://storage.googleapis.com"
 
 
 def S3(*, region: str = "us-east-1", access_key: Credential | None = None,
