@@ -4,8 +4,9 @@ S3 backend (moto's server on loopback, KMS secrets) beside the file backend, in 
 One real run is recorded through the engine (a Local pool: 1 node, a call, a resize to 2,
 closed); its objects are then copied under new names (``tests/state_clones.py``) until each
 backend holds N runs, and each command runs as a user runs it: a new ``python -m
-skyward_iac.cli`` process, timed from start to exit. On S3, "cold" is a machine's first look
-(its cache of the backend's objects removed), "warm" any later one.
+skyward_iac.cli`` process, timed from start to exit. On S3, "first" is the team's first look
+(no machine's cache, none shared in the backend: every object read), "cold" a new machine's
+first look once the team's summaries are shared (its own cache removed), "warm" any later one.
 
     .venv/bin/python bench/team_listing.py [--runs 100 250 500 1000] [--json FILE]
 
@@ -44,6 +45,8 @@ from tests.state_clones import (
 )
 
 BUCKET = "team-bench"
+#: The team's shared summaries of the runs (``state_s3.SHARED``).
+SHARED = ".skyward/listings/skyward.json.gz"
 
 
 @sky.function
@@ -106,12 +109,18 @@ def timed(env: dict[str, str], server: int | None, *command: str) -> tuple[dict[
 
 
 def measure(env: dict[str, str], runs: int, cache: Path | None,
-            server: int | None = None) -> dict[str, dict[str, float]]:
-    """The commands' figures over ``runs`` runs; ``cache`` (S3): removed first for "cold"."""
+            server: int | None = None, client: Any = None) -> dict[str, dict[str, float]]:
+    """The commands' figures over ``runs`` runs; ``cache`` (S3): removed first for "first"
+    (with the team's shared summaries, through ``client``) and for "cold"."""
     figures: dict[str, dict[str, float]] = {}
     limit = ("--limit", str(runs + 10))
     figures["startup"], _ = timed(env, None, "cost", "--json", "--since", "2099-01")
     if cache is not None:
+        client.delete_object(Bucket=BUCKET, Key=SHARED)
+        cache.unlink(missing_ok=True)
+        figures["history first"], listed = timed(env, server, "history", "--json", *limit)
+        assert len(listed) == runs, (len(listed), runs)
+        client.head_object(Bucket=BUCKET, Key=SHARED)  # the first look shared its summaries
         cache.unlink(missing_ok=True)
         figures["history cold"], listed = timed(env, server, "history", "--json", *limit)
         assert len(listed) == runs, (len(listed), runs)
@@ -165,7 +174,7 @@ def main() -> None:
                 row = {"runs": runs,
                        "file": measure(file_env, runs, None),
                        "s3": measure(s3_env, runs, s3_home / "cache" / _cache_name(state),
-                                     server.pid)}
+                                     server.pid, client)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -183,7 +192,8 @@ def _cache_name(state: dict[str, str]) -> str:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     """Wall seconds (CPU seconds of the command + of the S3 server) per command and size."""
-    columns = [("file", "history"), ("file", "ls"), ("file", "cost"), ("s3", "history cold"),
+    columns = [("file", "history"), ("file", "ls"), ("file", "cost"), ("s3", "history first"),
+               ("s3", "history cold"),
                ("s3", "history"), ("s3", "ls"), ("s3", "cost")]
     print("\nwall s (CPU s of the command + of the S3 server); startup: the command's fixed "
           "cost (a cost report of no run)")
@@ -195,6 +205,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
         cells += [_cell(row[backend][command]) for backend, command in columns]
         print(f"| {row['runs']:,} | " + " | ".join(cells)
               + f" | {row['s3']['history']['load']:.1f} |")
+    print("\nS3 startup (the command's fixed cost, its first look at the runs): "
+          + ", ".join(f"{row['runs']:,} runs {_cell(row['s3']['startup'])}" for row in results))
 
 
 def _cell(figure: dict[str, float]) -> str:

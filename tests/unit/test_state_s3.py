@@ -227,3 +227,66 @@ def test_a_listing_cut_where_the_last_one_paged_misses_nothing(
     assert [s.name for s in again] == sorted(
         f"local-ana-{i:02d}" for i in (0, 2, 4, 6, 7, 10, 11, 12, 14, 16, 18, 21))
     assert counts["ListObjectsV2"] >= 6  # one per range, at once
+
+
+def test_a_new_machine_takes_the_teams_shared_summaries(
+        s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first look shares what it read in the backend; another machine's first look reads
+    that one object instead of every run's, and what changed since is read again."""
+    monkeypatch.setattr(state_s3, "SHARE", 2)
+    layout(s3)
+    for index in range(6):
+        record_run(s3, f"local-ana-{index}", live=index == 0)
+    url = f"s3://{BUCKET}"
+    first = state_s3.read_stacks(url, "skyward", tmp_path / "a.json", updates=True)
+    shared = s3.get_object(Bucket=BUCKET, Key=".skyward/listings/skyward.json.gz")["Body"].read()
+    assert b"secure" not in gzip.decompress(shared)  # summaries only, no config
+    put(s3, ".pulumi/stacks/skyward/local-ana-3.pulumi-tags",
+        {"version": 1, "tags": {"skyward:owner": "bo@lap"}})
+    counts = counting(state_s3._clients[state_s3.location(url)])
+    second = state_s3.read_stacks(url, "skyward", tmp_path / "b.json", updates=True) or []
+    # meta.yaml, the shared summaries and the changed tags; the stacks and the live history
+    # listed: no other run's object read again.
+    assert counts == {"GetObject": 3, "ListObjectsV2": 2}, counts
+    assert {s.name: s.tags for s in second}["local-ana-3"] == {"skyward:owner": "bo@lap"}
+    assert [s for s in second if s.name != "local-ana-3"] == \
+        [s for s in first or [] if s.name != "local-ana-3"]
+
+
+def test_shared_summaries_that_are_not_a_cache_are_ignored(
+        s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_s3, "SHARE", 2)
+    layout(s3)
+    for index in range(4):
+        record_run(s3, f"local-ana-{index}", live=False)
+    url = f"s3://{BUCKET}"
+    expected = state_s3.read_stacks(url, "skyward", None, updates=True)
+    for body in (b"not gzip", gzip.compress(b"{not json"), gzip.compress(b'{"version": 99}')):
+        s3.put_object(Bucket=BUCKET, Key=".skyward/listings/skyward.json.gz", Body=body)
+        assert state_s3.read_stacks(url, "skyward", tmp_path / "c.json", updates=True) \
+            == expected
+        (tmp_path / "c.json").unlink()
+
+
+def test_a_history_that_ends_in_a_destroy_spares_the_checkpoint(s3: Any, tmp_path: Path) -> None:
+    """A stack whose checkpoint is the copy its destroy left is empty without reading it; one
+    written since (another ETag) is read."""
+    layout(s3)
+    for name in ("local-ana-1", "local-ana-2"):
+        record_run(s3, name, live=False)
+        put(s3, f".pulumi/history/skyward/{name}/{name}-200.checkpoint.json.gz",
+            {"version": 3, "checkpoint": {"latest": {"resources": []}}}, zipped=False)
+    # local-ana-2 was written since its destroy: a resource the history does not know of.
+    put(s3, ".pulumi/stacks/skyward/local-ana-2.json", {"version": 3, "checkpoint": {
+        "latest": {"resources": [{"type": "pulumi-python:dynamic:Resource"}]}}})
+    url = f"s3://{BUCKET}"
+    state_s3.read_stacks(url, "skyward", None)  # the client exists: count from here
+    read: list[str] = []
+    client = state_s3._clients[state_s3.location(url)]
+    client.meta.events.register("before-parameter-build.s3.GetObject",
+                                lambda params, **_: read.append(params["Key"]))
+    stacks = {s.name: s for s in state_s3.read_stacks(url, "skyward", None, updates=True) or []}
+    assert stacks["local-ana-1"].resource_count == 0
+    assert stacks["local-ana-2"].resource_count == 1
+    assert ".pulumi/stacks/skyward/local-ana-1.json" not in read
+    assert ".pulumi/stacks/skyward/local-ana-2.json" in read

@@ -3,21 +3,32 @@ key and ETag (an object rewritten gets a new ETag, so a stale summary is never u
 history keys of runs whose history cannot grow any more.
 
 It also keeps where the last listing of a prefix could be cut into pages listed in parallel
-(every thousandth key). One JSON file per backend under the skyward home (0600; tags, update messages and counts
-only: nothing secret). Two processes saving at once each write a whole file (atomic rename);
-the loser's summaries are read again next time. A missing or unreadable file is an empty cache.
+(every thousandth key). One JSON file per backend under the skyward home (0600; tags, update
+messages and counts only: nothing secret). Two processes saving at once each write a whole file
+(atomic rename); the loser's summaries are read again next time. A missing or unreadable file is
+an empty cache.
+
+The same summaries are shared with the team as one gzip'd object in the backend (``shared`` and
+``absorb``; ``state_s3.py`` reads and writes it): a machine's first look takes them from there
+instead of reading every object again. They are used under the same rule, only for an object
+whose ETag in the listing is the one they were read at.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 VERSION = 1
+#: The most a shared cache may expand to (a corrupt or hostile object is ignored, not loaded):
+#: about 1 KB a run, so room for a few hundred thousand runs.
+MAX_SHARED = 512 * 1024 * 1024
 
 
 class StateCache:
@@ -30,6 +41,8 @@ class StateCache:
         self._settled: dict[str, list[Any]] = {}
         self._splits: dict[str, list[str]] = {}
         self._changed = False
+        #: (key, ETag) of the summaries the team's shared cache held when absorbed.
+        self._shared: set[tuple[str, str]] = set()
         if path is not None:
             try:
                 data = json.loads(path.read_text())
@@ -74,13 +87,56 @@ class StateCache:
                 self._splits[prefix] = list(keys)
                 self._changed = True
 
+    def absorb(self, data: bytes) -> None:
+        """Take the summaries of a shared cache (``shared``'s bytes) that this one lacks; a
+        cache of another version, or not one at all, is ignored."""
+        try:
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            text = inflater.decompress(data, MAX_SHARED)
+            if inflater.unconsumed_tail:
+                return  # larger than any real one: not loaded
+            shared = json.loads(text)
+            if shared.get("version") != VERSION:
+                return
+            objects, settled = dict(shared["objects"]), dict(shared["settled"])
+        except (ValueError, KeyError, AttributeError, TypeError, zlib.error):
+            return
+        with self._lock:
+            for key, entry in objects.items():
+                if isinstance(entry, list) and len(entry) == 2:
+                    self._shared.add((key, entry[0]))
+                    if key not in self._objects:
+                        self._objects[key] = entry
+                        self._changed = True
+            for prefix, entry in settled.items():
+                if prefix not in self._settled and isinstance(entry, list) and len(entry) == 2:
+                    self._settled[prefix] = entry
+                    self._changed = True
+
+    def unshared(self, keep: Callable[[str], bool]) -> int:
+        """How many summaries ``keep`` keeps that the absorbed shared cache did not have."""
+        with self._lock:
+            return sum(1 for key, entry in self._objects.items()
+                       if keep(key) and (key, entry[0]) not in self._shared)
+
+    def shared(self, keep: Callable[[str], bool]) -> bytes:
+        """The summaries ``keep`` keeps, as the team's shared cache (gzip'd JSON)."""
+        objects, settled = self._kept(keep)
+        return gzip.compress(json.dumps({"version": VERSION, "objects": objects,
+                                         "settled": settled},
+                                        separators=(",", ":")).encode(), 6)
+
+    def _kept(self, keep: Callable[[str], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
+        with self._lock:
+            return ({k: v for k, v in self._objects.items() if keep(k)},
+                    {k: v for k, v in self._settled.items() if keep(k)})
+
     def save(self, keep: Callable[[str], bool]) -> None:
         """Write the cache, without the entries ``keep`` rejects (removed stacks)."""
         if self.path is None:
             return
+        objects, settled = self._kept(keep)
         with self._lock:
-            objects = {k: v for k, v in self._objects.items() if keep(k)}
-            settled = {k: v for k, v in self._settled.items() if keep(k)}
             if not self._changed and len(objects) == len(self._objects) \
                     and len(settled) == len(self._settled):
                 return

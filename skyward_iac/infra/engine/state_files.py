@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +41,8 @@ class StoredStack:
 
 
 #: Whose update histories a reader reads: every stack's, none, or those a function of the
-#: stacks (read without them) picks (``history --limit``: the newest runs').
+#: stacks (read without them) picks (``history --limit``: the newest runs') by their names and
+#: tags (the S3 reader may not have read their resource counts yet: a history can tell them).
 Updates = bool | Callable[[list[StoredStack]], Collection[str]]
 
 #: The magic bytes of a gzip stream: the engine writes ``.json.gz`` objects with
@@ -73,6 +74,41 @@ def stored_update(info: Any) -> StoredUpdate:
 
 def newest_first(updates: list[StoredUpdate]) -> tuple[StoredUpdate, ...]:
     return tuple(sorted(updates, key=lambda u: u.start_time, reverse=True))
+
+
+#: A history record's key ends so; its checkpoint copy's (``addToHistory``) the same with
+#: ``checkpoint`` for ``history``.
+RECORDS = (".history.json", ".history.json.gz")
+COPIES = (".checkpoint.json", ".checkpoint.json.gz")
+
+
+def copy_of(record: str) -> str:
+    """The key of the checkpoint copy written beside the history record ``record``."""
+    head, _, tail = record.rpartition(".history.json")
+    return f"{head}.checkpoint.json{tail}"
+
+
+def emptied(newest: StoredUpdate, checkpoint_etag: str, copy_etag: str | None) -> bool:
+    """Whether a stack holds no resource, known from its history alone: its newest update is
+    a destroy that succeeded and its checkpoint is byte for byte that update's copy (the same
+    ETag, an MD5 of the bytes: nothing was written since; any doubt reads the checkpoint)."""
+    return newest.kind == "destroy" and newest.result == "succeeded" \
+        and bool(copy_etag) and copy_etag == checkpoint_etag
+
+
+def update_record(info: Any) -> dict[str, Any]:
+    """The cached form of a history record (what ``StoredUpdate`` keeps, as plain JSON)."""
+    update = stored_update(info)
+    return {"kind": update.kind, "result": update.result, "message": update.message,
+            "start": update.start_time.timestamp(),
+            "end": update.end_time.timestamp() if update.end_time else None}
+
+
+def from_record(record: Mapping[str, Any]) -> StoredUpdate:
+    """A ``StoredUpdate`` from its cached form (``update_record``)."""
+    return stored_update({"kind": record["kind"], "result": record["result"],
+                          "message": record["message"], "startTime": record["start"],
+                          "endTime": record["end"]})
 
 
 def resource_count(checkpoint: Any) -> int:

@@ -26,10 +26,21 @@ and callers ask the engine, which knows, and words an outage its own way.
 Objects that did not change are not read twice: each summary is cached under the skyward home
 by key and ETag (``state_cache.py``). A run's history is read again only while it may still
 grow (the stack holds resources, or its last update is not a destroy that succeeded).
+
+A machine's first look would read every run's objects (about five requests a run: 55 s for
+1,000 runs on moto's S3, most of it the server's CPU per request), so the summaries are shared
+with the team in the backend, ``.skyward/listings/<project>.json.gz`` (``SHARED``): a look that
+misses more than ``SHARE`` summaries reads it first (one request), and one that then read more
+than ``SHARE`` objects itself writes what it knows back (a refused write costs nothing but the
+next machine's reads). Anyone who can write the bucket can already rewrite the records
+themselves: the shared summaries are used only for an object whose listed ETag they were read
+at, like the local ones. A stack whose newest update is a destroy that succeeded, and whose
+checkpoint has the ETag of that update's checkpoint copy, is empty: its checkpoint is not read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,13 +51,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from skyward_iac.infra.engine.state_cache import StateCache
 from skyward_iac.infra.engine.state_files import (
+    COPIES,
+    RECORDS,
     StoredStack,
     StoredUpdate,
     Updates,
-    newest_first,
+    copy_of,
+    emptied,
+    from_record,
     parse,
     resource_count,
-    stored_update,
+    update_record,
 )
 
 #: Parallel requests: S3 serves many at once; the bound keeps sockets and threads modest.
@@ -55,6 +70,11 @@ WORKERS = 32
 PAGE = 1000
 #: More histories than this to list: one listing of every history instead of one each.
 SWEEP = 20
+#: A look missing more summaries than this reads the team's shared ones first; one that read
+#: more objects than this itself shares what it knows.
+SHARE = 20
+#: The team's shared summaries of a project's stacks, under the backend's root.
+SHARED = ".skyward/listings/{project}.json.gz"
 #: URL settings this reader applies like gocloud.dev's s3blob and Pulumi's legacy translation
 #: (``translateLegacyS3Params``); any other setting sends the caller to the engine.
 KNOWN = {"region", "endpoint", "profile", "s3ForcePathStyle", "use_path_style", "disableSSL",
@@ -122,6 +142,8 @@ class Reader:
         self.cache = cache
         self.client = client or _client(where)
         self.project = ""
+        #: Whether this look read the team's shared summaries (or found none to read).
+        self.shared_read = False
         #: The keys (and history directories) of the stacks the last look found.
         self.kept: set[str] = set()
 
@@ -189,16 +211,38 @@ class Reader:
                        key=lambda s: s.name)
         # What the cache keeps: these stacks' objects and history directories.
         self.kept = set(listed) | {self._history_of(s) for s in found}
+        if sum(1 for s in found if not self._cached(s)) > SHARE:
+            self._absorb_shared()
+        missing = [s for s in found if not self._cached(s)]
         with ThreadPoolExecutor(WORKERS) as pool:
-            list(pool.map(self._read, [s for s in found if not self._cached(s)]))
+            # Tags first: histories are picked by them, and a history may say a stack is
+            # empty (then its checkpoint is not read).
+            list(pool.map(self._read_tags, missing))
             names = {stack.name for stack in found}
             wanted = (set(updates(self._stored(found))) if callable(updates)
                       else names if updates else set())
             chosen = [s for s in found if s.name in wanted]
             keys = self._history_keys(pool, chosen)
-            list(pool.map(lambda s: self._read_updates(s, keys[self._history_of(s)]),
-                          chosen))
+            empty = set(pool.map(lambda s: self._read_updates(s, keys[self._history_of(s)]),
+                                 chosen)) - {None}
+            list(pool.map(self._read_count, [s for s in missing if s.name not in empty]))
+        for stack in chosen:
+            self._settle(stack, keys[self._history_of(stack)])
         return self._stored(found)
+
+    def _absorb_shared(self) -> None:
+        """Take the team's shared summaries (none yet, or unreadable: read the objects)."""
+        self.shared_read = True
+        with contextlib.suppress(Exception):  # a cache, not a record: a failure costs reads
+            self.cache.absorb(self.get(self.key(SHARED.format(project=self.project))))
+
+    def share(self) -> None:
+        """Write back the summaries this look read beyond the team's shared ones, when it
+        read the shared ones and more than ``SHARE`` objects besides."""
+        if self.shared_read and self.cache.unshared(self.of_a_stack) > SHARE:
+            self.client.put_object(Bucket=self.where.bucket,
+                                   Key=self.key(SHARED.format(project=self.project)),
+                                   Body=self.cache.shared(self.of_a_stack))
 
     @staticmethod
     def _stored(found: list[_Stack]) -> list[StoredStack]:
@@ -233,9 +277,11 @@ class Reader:
         stack.count, stack.stored_tags = count, tags
         return True
 
-    def _read(self, stack: _Stack) -> None:
+    def _read_count(self, stack: _Stack) -> None:
         assert stack.checkpoint is not None
         stack.count = self.summary(*stack.checkpoint, lambda data: resource_count(parse(data)))
+
+    def _read_tags(self, stack: _Stack) -> None:
         if stack.tags is not None:
             stack.stored_tags = self.summary(*stack.tags,
                                              lambda data: dict(parse(data).get("tags") or {}))
@@ -261,20 +307,36 @@ class Reader:
             listings = list(pool.map(self.listing, unsettled))
         for prefix, listing in zip(unsettled, listings, strict=True):
             found[prefix] = {key: etag for key, etag in listing.items()
-                             if key.endswith((".history.json", ".history.json.gz"))}
+                             if key.endswith(RECORDS + COPIES)}
         return found
 
-    def _read_updates(self, stack: _Stack, keys: dict[str, str]) -> None:
-        """The stack's update history, newest first; recorded as final once it cannot grow."""
+    def _read_updates(self, stack: _Stack, keys: dict[str, str]) -> str | None:
+        """The stack's update history, newest first; its name when that history shows it
+        empty (``_emptied``), its count then known without reading its checkpoint."""
+        records = sorted(((from_record(self.summary(
+            key, etag, lambda data: update_record(parse(data)))), key)
+            for key, etag in keys.items() if key.endswith(RECORDS)),
+            key=lambda pair: pair[0].start_time, reverse=True)
+        stack.updates = tuple(update for update, _ in records)
         assert stack.checkpoint is not None
-        history = newest_first([
-            _from_record(self.summary(key, etag, lambda data: _update_record(parse(data))))
-            for key, etag in keys.items()])
-        last = history[0] if history else None
+        if not records or not emptied(records[0][0], stack.checkpoint[1],
+                                      keys.get(copy_of(records[0][1]))):
+            return None
+        if self.cache.get(*stack.checkpoint) is None:
+            self.cache.put(*stack.checkpoint, 0)
+        stack.count = 0
+        return stack.name
+
+    def _settle(self, stack: _Stack, keys: dict[str, str]) -> None:
+        """Record the stack's history as final once it cannot grow (empty, and its newest
+        update a destroy that succeeded)."""
+        assert stack.checkpoint is not None
+        last = stack.updates[0] if stack.updates else None
         if stack.count == 0 and last is not None and last.kind == "destroy" \
                 and last.result == "succeeded":
-            self.cache.settle(self._history_of(stack), stack.checkpoint[1], keys)
-        stack.updates = history
+            self.cache.settle(self._history_of(stack), stack.checkpoint[1],
+                              {key: etag for key, etag in keys.items()
+                               if key.endswith(RECORDS)})
 
 
 def _grouped(keys: Mapping[str, str], prefixes: list[str]) -> list[dict[str, str]]:
@@ -283,20 +345,6 @@ def _grouped(keys: Mapping[str, str], prefixes: list[str]) -> list[dict[str, str
     for key, etag in keys.items():
         by_directory.setdefault(key.rsplit("/", 1)[0] + "/", {})[key] = etag
     return [by_directory.get(prefix, {}) for prefix in prefixes]
-
-
-def _update_record(info: Any) -> dict[str, Any]:
-    """The cached form of a history record (what ``StoredUpdate`` keeps, as plain JSON)."""
-    update = stored_update(info)
-    return {"kind": update.kind, "result": update.result, "message": update.message,
-            "start": update.start_time.timestamp(),
-            "end": update.end_time.timestamp() if update.end_time else None}
-
-
-def _from_record(record: Mapping[str, Any]) -> StoredUpdate:
-    return stored_update({"kind": record["kind"], "result": record["result"],
-                          "message": record["message"], "startTime": record["start"],
-                          "endTime": record["end"]})
 
 
 _clients: dict[Location, Any] = {}
@@ -342,4 +390,6 @@ def read_stacks(url: str, project: str, cache_file: Path | None,
         cache.save(reader.of_a_stack)
     except OSError:
         pass  # a cache that cannot be written costs the next look its reads, nothing more
+    with contextlib.suppress(Exception):  # refused or failed: the next machine reads the objects
+        reader.share()
     return stacks
