@@ -10,8 +10,9 @@ import pytest
 
 from skyward_iac.infra.engine import locate as engine
 
-#: The local S3 server fixtures (``server``, ``storage``) for the storage and volume tests.
-pytest_plugins = ["tests.s3_server"]
+#: The local S3 server fixtures (``server``, ``storage``) for the storage and volume tests, and
+#: how the suite is cut into units for pytest-xdist (tests/scheduling.py).
+pytest_plugins = ["tests.s3_server", "tests.scheduling"]
 
 
 @pytest.fixture(scope="session", autouse=True)
