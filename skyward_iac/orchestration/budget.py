@@ -34,6 +34,7 @@ from skyward_iac.observability.events import (
     StackUpdated,
 )
 from skyward_iac.orchestration.cost import CostMeter
+from skyward_iac.orchestration.identity import PoolIdentity
 
 log = logging.getLogger("skyward")
 
@@ -86,11 +87,11 @@ class BudgetGuard:
     ``on_spent(error)`` is called once, from the guard's thread, when the budget is spent.
     """
 
-    def __init__(self, budget_usd: float, meter: CostMeter, stack: str, events: EventBus,
-                 on_spent: Callable[[BudgetExceededError], Any]) -> None:
+    def __init__(self, budget_usd: float, meter: CostMeter, identity: PoolIdentity,
+                 events: EventBus, on_spent: Callable[[BudgetExceededError], Any]) -> None:
         self.budget_usd = budget_usd
         self.meter = meter
-        self.stack = stack
+        self.identity = identity
         self._events = events
         self._on_spent = on_spent
         self._wake = threading.Event()
@@ -100,9 +101,9 @@ class BudgetGuard:
         self._listeners: list[Callable[[], Any]] = []
         meter.on_change(self._changed)
         meter.track_launches()
-        self._launches = events.subscribe(launches(meter, stack), InstanceProvisioned,
+        self._launches = events.subscribe(launches(meter, identity.stack), InstanceProvisioned,
                                           InstanceDestroyed, StackProgress, StackUpdated)
-        self._thread = threading.Thread(target=self._run, name=f"{stack}-budget", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{identity.stack}-budget", daemon=True)
         self._thread.start()
 
     # ---- what the nodes are told ----------------------------------------------------------
@@ -153,22 +154,22 @@ class BudgetGuard:
 
     def _warn(self, spent: float, rate: float) -> None:
         left = seconds_until_spent(self.budget_usd, spent, rate)
-        message = (f"pool {self.stack} has spent {spent / self.budget_usd:.0%} of its budget: "
+        message = (f"pool {self.identity.stack} has spent {spent / self.budget_usd:.0%} of its budget: "
                    f"${spent:.2f} of ${self.budget_usd:g} (at ${rate:.2f}/h, {about(left)} "
                    "left); at 100 % it is closed and destroyed")
-        self._events.report(BudgetWarning(stack=self.stack, message=message,
+        self._events.report(BudgetWarning(stack=self.identity.stack, message=message,
                                           budget_usd=self.budget_usd, spent_usd=spent,
                                           usd_per_hour=rate), log, logging.WARNING, "%s", message)
 
     def _spent(self, spent: float, rate: float) -> None:
-        message = (f"pool {self.stack} reached its budget: ${spent:.2f} spent of "
+        message = (f"pool {self.identity.stack} reached its budget: ${spent:.2f} spent of "
                    f"Options(max_cost_usd={self.budget_usd:g}) at ${rate:.2f}/h (catalog "
                    "rates); the pool is closed and its stack destroyed")
-        self._events.report(BudgetExceeded(stack=self.stack, message=message, fatal=True,
+        self._events.report(BudgetExceeded(stack=self.identity.stack, message=message, fatal=True,
                                            budget_usd=self.budget_usd, spent_usd=spent,
                                            usd_per_hour=rate), log, logging.ERROR, "%s", message)
         self._on_spent(BudgetExceededError(message, budget_usd=self.budget_usd,
                                            spent_usd=spent, usd_per_hour=rate))
         # A stack update under way (a cold start's, a resize's) is stopped, not waited for:
         # it fails in its own thread, where the pool's failure (set just above) is raised.
-        command.cancel(self.stack, "its budget is spent")
+        command.cancel(self.identity.stack, "its budget is spent")

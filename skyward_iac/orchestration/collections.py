@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from skyward_iac.api.errors import CollectionError
 from skyward_iac.collections import Backend, BackendConfig, connect
 from skyward_iac.observability.events import CollectionsLost, Event
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.outputs import ClusterOutputs
 from skyward_iac.remote.bootstrap import ETCD_CLIENT_PORT, EtcdServerPlan
 from skyward_iac.remote.forward import LocalForward, Trouble, check
@@ -71,18 +72,18 @@ class ClientCollections:
     ``CollectionError`` instead of waiting out their timeout, and ``close`` never raises.
     """
 
-    def __init__(self, outputs: Callable[[], ClusterOutputs], job_id: str,
-                 head: Callable[[float], Node], timeout: float, stack: str = "",
+    def __init__(self, outputs: Callable[[], ClusterOutputs], identity: PoolIdentity,
+                 head: Callable[[float], Node], timeout: float,
                  emit: Callable[[Event], object] = lambda event: None) -> None:
-        self._outputs, self._job_id, self._head, self._timeout = outputs, job_id, head, timeout
-        self._stack, self._emit = stack, emit
+        self._outputs, self._identity, self._head, self._timeout = outputs, identity, head, timeout
+        self._emit = emit
         self._tunnel: _Tunnel | None = None
         self._disabled: Backend | None = None
         self._lock = threading.Lock()
         self._lost_lock = threading.Lock()
         self._stopped = threading.Event()
         if outputs().etcd is not None:
-            threading.Thread(target=self._watch, name=f"skyward-etcd-watch-{stack}",
+            threading.Thread(target=self._watch, name=f"skyward-etcd-watch-{identity.stack}",
                              daemon=True).start()
 
     @property
@@ -91,9 +92,9 @@ class ClientCollections:
         try:
             with self._lock:
                 if self._stopped.is_set():  # never reopen a tunnel once the pool closed
-                    raise CollectionError(f"pool {self._stack} is closed: its distributed "
-                                          "collections went with it")
-                config = node_config(self._outputs(), self._job_id)
+                    raise CollectionError(f"pool {self._identity.stack} is closed: its "
+                                          "distributed collections went with it")
+                config = node_config(self._outputs(), self._identity.run_id)
                 if config.disabled_reason is not None:
                     if self._disabled is None:
                         self._disabled = connect(config)
@@ -104,10 +105,10 @@ class ClientCollections:
                     replaced = tunnel  # a replacement head: its etcd starts empty
                     self._close_tunnel()
                     # The outputs once the head is in service: a new head, a new etcd CA.
-                    config = node_config(self._outputs(), self._job_id)
+                    config = node_config(self._outputs(), self._identity.run_id)
                     tunnel = self._tunnel = self._open(head, config)
                 if tunnel.lost is not None:
-                    raise CollectionError(f"pool {self._stack}: {tunnel.lost}")
+                    raise CollectionError(f"pool {self._identity.stack}: {tunnel.lost}")
                 return tunnel.backend
         finally:
             if replaced is not None:  # told outside the lock: a callback may use collections
@@ -140,7 +141,8 @@ class ClientCollections:
             tunnel.backend.close()  # revokes the lease: through a lost tunnel that fails fast
         except Exception as exc:  # noqa: BLE001 - closing must not turn a clean exit into an error
             (log.debug if tunnel.lost else log.warning)(
-                "pool %s: releasing the client's collections lease failed: %s", self._stack, exc)
+                "pool %s: releasing the client's collections lease failed: %s",
+                self._identity.stack, exc)
         finally:
             tunnel.forward.close()
 
@@ -155,7 +157,7 @@ class ClientCollections:
                 if tunnel is not None and tunnel.lost is None:
                     self._trouble(tunnel, Trouble.CLOSED_BY_TARGET, "a ping failed")
             except Exception as exc:  # noqa: BLE001 - no head in service (yet, or any more)
-                log.debug("pool %s: no etcd to ping: %s", self._stack, exc)
+                log.debug("pool %s: no etcd to ping: %s", self._identity.stack, exc)
             self._stopped.wait(PING_EVERY)
 
     def _trouble(self, tunnel: _Tunnel, trouble: Trouble, detail: str) -> None:
@@ -178,8 +180,8 @@ class ClientCollections:
                 return
             tunnel.lost = message
         tunnel.forward.refuse()
-        log.info("pool %s: %s", self._stack, message)  # the console shows the event
-        self._emit(CollectionsLost(stack=self._stack, message=message, node=0))
+        log.info("pool %s: %s", self._identity.stack, message)  # the console shows the event
+        self._emit(CollectionsLost(stack=self._identity.stack, message=message, node=0))
 
 
 def lost_message(trouble: Trouble | None, detail: str) -> str:

@@ -78,7 +78,7 @@ class PoolParts:
         self._tagged = run_tags(plan, plan.request, self.cost)
         self.budget: BudgetGuard | None = None
         if options.max_cost_usd is not None:
-            self.budget = BudgetGuard(options.max_cost_usd, self.cost, self.identity.stack,
+            self.budget = BudgetGuard(options.max_cost_usd, self.cost, self.identity,
                                       events, self._spent)
             self.teardown.add(Phase.WATCHERS, "budget", self.budget.stop)
         self.dispatcher = Dispatcher(self.identity, options, events)
@@ -121,10 +121,9 @@ class PoolParts:
         plan, reconciler = self.plan, self.reconciler
         assert reconciler.outputs is not None
         first = reconciler.outputs
-        collections = ClientCollections(lambda: reconciler.outputs or first,
-                                        self.identity.run_id, self.head,
-                                        plan.options.provision_timeout,
-                                        self.identity.stack, self.events.emit)
+        collections = ClientCollections(lambda: reconciler.outputs or first, self.identity,
+                                        self.head, plan.options.provision_timeout,
+                                        self.events.emit)
         self.teardown.add(Phase.COLLECTIONS, "collections", collections.close)
         self.pool = Pool(plan, self.dispatcher, self.membership, collections, self.events,
                          self.resize)

@@ -32,6 +32,7 @@ from skyward_iac.observability.events import InstanceProvisioned
 from skyward_iac.orchestration import reviewed
 from skyward_iac.orchestration.budget import BudgetGuard, NoBudget, about
 from skyward_iac.orchestration.cost import CostMeter
+from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.orchestration.lifecycle import ending
 from skyward_iac.orchestration.plan import plan_pool
 
@@ -191,7 +192,7 @@ class Recorder:
 def test_the_guard_warns_at_80_percent_then_hands_the_pool_its_error_once() -> None:
     seen = Recorder()
     meter = CostMeter(0.0)  # free until a resize gives it a rate
-    guard = BudgetGuard(1.0, meter, "s", seen.bus, seen.on_spent)
+    guard = BudgetGuard(1.0, meter, PoolIdentity("s"), seen.bus, seen.on_spent)
     try:
         assert not seen.done.wait(0.3) and seen.events == []  # free: it never fires
         version, text = guard.note()
@@ -218,7 +219,7 @@ def test_a_change_of_rate_moves_the_deadline_the_nodes_are_told() -> None:
     seen = Recorder()
     now = [0.0]
     meter = CostMeter(3600.0, clock=lambda: now[0])  # $1/s
-    guard = BudgetGuard(100.0, meter, "s", seen.bus, seen.on_spent)
+    guard = BudgetGuard(100.0, meter, PoolIdentity("s"), seen.bus, seen.on_spent)
     told: list[int] = []
     seen.bus.emit(InstanceProvisioned(stack="s", node=0))  # launched at 0
     guard.listen(lambda: told.append(guard.note()[0]))
