@@ -3,8 +3,9 @@
 One object per set of parts (``parts.py``), built from the settled plan and shared by
 reference by every part that names the pool in an event, a log line or a thread: the
 dispatcher and its task events, the node events and every node start, the reconciler, the
-heartbeat. None keeps a copy of the stack's name, so none can name another stack than the
-rest; a pool that adopts a warm pool's stack settles that first and builds its parts for it.
+heartbeat, the budget guard and the collections tunnel. None keeps a copy of the stack's name,
+so none can name another stack than the rest (the lease renewer, in ``infra/``, is given the
+settled name); a pool that adopts a warm pool's stack settles that first and builds its parts for it.
 """
 
 from __future__ import annotations
