@@ -112,8 +112,8 @@ class Reconciler:
         failures = 0
         while not self._stopped.is_set():
             phases = self.membership.phases()
-            retry = next_retry(phases, self.membership.declared, self.membership.desired)
-            wait = None if retry is None else max(0.0, retry - time.monotonic())
+            due = next_retry(phases, self.membership.declared, self.membership.desired)
+            wait = None if due is None else max(0.0, due - time.monotonic())
             backoff = retry.for_converge(self.plan.options).delay_before(failures + 1)
             self._wake.wait(wait if failures == 0 else max(wait or 0.0, backoff))
             self._wake.clear()
