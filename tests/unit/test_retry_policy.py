@@ -1,6 +1,9 @@
-"""The one retry policy (``skyward_iac/api/retry.py``): pure, so tested on numbers."""
+"""The one retry policy (``skyward_iac/api/retry.py``): its numbers (pure), and two loops that
+follow it (a node start given up, a destroy waiting for a locked stack)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -100,3 +103,47 @@ def test_a_node_start_is_recreated_after_the_delay_and_given_up_at_the_limit() -
     membership.declared_now(1, (0,))  # the reconciler recreates it
     assert membership.start_failed(0, "sshd down again", policy)  # two in a row: given up
     assert membership.member(0).phase is Phase.FAILED  # type: ignore[union-attr]
+
+
+def test_a_destroy_waits_for_a_locked_stack_within_its_patience_only() -> None:
+    """``infra/stacks/destroy.py`` tries a locked stack again every ``LOCK_POLL`` seconds
+    while its destroyer's patience lasts (``for_stack_lock``); none: at once ``busy``."""
+    from skyward_iac.api.errors import StackBusyError
+    from skyward_iac.infra.stacks import destroy
+    from skyward_iac.infra.stacks.stack import ClusterStack
+
+    class LockedStack(ClusterStack):
+        """Locked by another update for its first ``busy`` destroys."""
+
+        def __init__(self, busy: int) -> None:  # no engine: only what destroy() calls
+            self.busy, self.tries, self.tags_added = busy, 0, {}  # type: ignore[var-annotated]
+
+        @property
+        def name(self) -> str:  # type: ignore[override]
+            return "locked"
+
+        def destroy(self, **_: object) -> None:  # type: ignore[override]
+            self.tries += 1
+            if self.tries <= self.busy:
+                raise StackBusyError("the stack is locked by another update")
+
+        def stale_locks(self) -> list[str]:  # type: ignore[override]
+            return []
+
+        def resource_count(self) -> int:
+            return 3
+
+        def tags(self) -> dict[str, str]:
+            return {}
+
+        def add_tag(self, key: str, value: str) -> None:
+            self.tags_added[key] = value
+
+    who = destroy.Destroyer(destroy.POOL, "test", actor="me@here", source="self-declared",
+                            holds=True, patience=30.0)
+    waited = LockedStack(busy=2)
+    assert destroy.destroy(waited, who).status == destroy.DESTROYED
+    assert waited.tries == 3
+    impatient = LockedStack(busy=2)
+    outcome = destroy.destroy(impatient, replace(who, patience=0.0))
+    assert outcome.status == destroy.BUSY and impatient.tries == 1
