@@ -54,7 +54,7 @@ class Cluster:
     @property
     def gpu(self) -> bool:
         """Whether the nodes have GPUs (an accelerator was asked for on a cloud)."""
-        return self.spec.accelerator is not None and self.provider != "local"
+        return self.spec.accelerator is not None and not self.spec.provider.on_this_machine
 
 
 @dataclass(frozen=True, slots=True)

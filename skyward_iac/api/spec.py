@@ -247,23 +247,8 @@ class Spec(_Frozen):
         return self
 
     @model_validator(mode="after")
-    def _local_has_no_accelerator(self) -> Spec:
-        if self.provider.kind == "local" and self.accelerator is not None:
-            raise ValueError(
-                f"Local nodes have no accelerator: they are processes on this machine, so "
-                f"accelerator={self.accelerator.name} cannot be honoured; drop it for Local, or "
-                "use sky.AWS()/sky.GCP() (a list of Specs falls back from one to the next)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _local_container_without_volumes(self) -> Spec:
-        if (self.provider.kind == "local" and self.provider.container_image is not None
-                and self.volumes):
-            raise ValueError(
-                "a Local node mounts its volumes in a mount namespace of its own, which a "
-                "Docker container cannot see: use container_image or volumes on Local, not both"
-            )
+    def _provider_serves_it(self) -> Spec:
+        self.provider.check_pool(self)  # what only one provider refuses, it says itself
         return self
 
     @field_validator("ttl", mode="before")

@@ -23,7 +23,8 @@ from pydantic import field_validator
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.model import UserModel
-from skyward_iac.api.storage import GCS_ENDPOINT, StorageEndpoint
+from skyward_iac.api.providers import IdentityMount, provider_class
+from skyward_iac.api.storage import StorageEndpoint
 
 #: Paths a volume may not be mounted on (or, for the last group, under): mounting there would
 #: hide the node's own system, the skyward workdir, or the temporary directory tasks rely on.
@@ -34,7 +35,7 @@ BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 #: How a node mounts a volume: the AWS instance profile, the GCP service account, the storage's
 #: keys, or anonymously (public buckets, read-only).
-MountKind = Literal["aws-role", "gcp-service-account", "s3-keys", "s3-public"]
+MountKind = Literal[IdentityMount, "s3-keys", "s3-public"]
 ProviderKind = Literal["local", "aws", "gcp"]
 
 
@@ -96,12 +97,6 @@ def check_mount(mount: str) -> str:
     return path
 
 
-def is_aws_s3(storage: StorageEndpoint) -> bool:
-    """Whether ``storage`` is Amazon S3 itself (not an S3-compatible vendor)."""
-    host = storage.endpoint.split("://", 1)[-1].split("/", 1)[0]
-    return host.endswith(".amazonaws.com") and host.startswith("s3")
-
-
 def mount_kind(volume: Volume, provider: str) -> MountKind:
     """How nodes of ``provider`` mount ``volume``; a ConfigError when they cannot.
 
@@ -112,10 +107,9 @@ def mount_kind(volume: Volume, provider: str) -> MountKind:
     storage = volume.storage
     if storage is not None and storage.access_key is not None:
         return "s3-keys"
-    if provider == "aws" and (storage is None or is_aws_s3(storage)):
-        return "aws-role"
-    if provider == "gcp" and (storage is None or storage.endpoint.rstrip("/") == GCS_ENDPOINT):
-        return "gcp-service-account"
+    own = provider_class(provider)
+    if own.identity_mount is not None and own.owns_store(storage):
+        return own.identity_mount
     if storage is None:
         raise ConfigError(
             f"volume {volume.mount}: a {provider} pool has no object store of its own; pass "

@@ -8,6 +8,7 @@ import json
 import shlex
 from typing import Any
 
+from skyward_iac.api.providers import provider_class
 from skyward_iac.cli_commands.paths import path_arg
 from skyward_iac.cli_commands.spec_flags import (
     add_hardware_flags,
@@ -16,7 +17,7 @@ from skyward_iac.cli_commands.spec_flags import (
     positive,
     spec_from_args,
 )
-from skyward_iac.infra.stacks.config import PROVIDERS
+from skyward_iac.infra.stacks.config import PROVIDERS, known_keys
 from skyward_iac.infra.stacks.planned import DEFAULT_PLAN_TTL
 
 
@@ -109,15 +110,13 @@ def _spec(args: argparse.Namespace) -> Any:
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The flags as stack-config settings (what ``spec_from_args`` and a plan's source hold)."""
     check_hardware_flags(args.parser, args)
-    cloud_only = {"project": args.project, "zone": args.zone, "sshCidr": args.ssh_cidr}
-    if args.provider == "local" and (given := [k for k, v in cloud_only.items() if v]):
-        args.parser.error(f"--provider local takes no {', '.join(given)}")
+    # Each provider's settings (infra/stacks/config.py) say which of these flags it takes.
+    provider_only = {"project": args.project, "zone": args.zone, "sshCidr": args.ssh_cidr}
+    takes = known_keys(args.provider)
+    if given := [k for k, v in provider_only.items() if v and k not in takes]:
+        args.parser.error(f"--provider {args.provider} takes no {', '.join(given)}")
     settings = {**hardware_settings(args), "nodes": args.nodes, "diskGb": args.disk_gb,
-                "ttl": args.ttl}
-    if args.provider == "gcp":
-        settings.update(project=args.project, zone=args.zone, sshCidr=args.ssh_cidr)
-    elif args.provider == "aws":
-        settings.update(sshCidr=args.ssh_cidr)
+                "ttl": args.ttl, **provider_only}
     return {key: value for key, value in settings.items() if value is not None}
 
 
@@ -143,13 +142,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.diff:
         print(result.plan.text.rstrip() + "\n")
-    print("offer: this machine (Local nodes cost nothing)" if args.provider == "local"
+    local = provider_class(args.provider).on_this_machine  # no offer, no market price
+    print("offer: this machine (Local nodes cost nothing)" if local
           else f"offer: {result.choice}")
     print(f"planned changes ({_counts(result.plan.changes)}):")
     for resource in result.plan.resources:
         print(f"  {resource.op:<8} {resource.type:<52} {resource.name}")
     print(f"estimated cost: ${result.hourly:.4f}/h, ${result.estimate:.2f} for {args.hours:g} h"
-          + ("" if args.provider == "local" else
+          + ("" if local else
              " (estimated spot price: the shipped catalog's typical figure, not a quote; "
              "`skyward-iac offers refresh` fetches live prices)" if result.choice.estimated
              else " (catalog prices, not live quotes)"))

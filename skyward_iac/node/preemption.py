@@ -61,6 +61,9 @@ class PreemptionWatcher:
         if cloud not in METADATA_URLS:
             raise ValueError(f"no preemption notices for {cloud!r}; known: {sorted(METADATA_URLS)}")
         self.cloud = cloud
+        # The client names the metadata service in the bootstrap (``--preemption``, from the
+        # provider spec's ``preemption_notice``); this side only knows how to ask each one.
+        self._check = {"aws": self._check_aws, "gcp": self._check_gcp}[cloud]
         self.base_url = (base_url or METADATA_URLS[cloud]).rstrip("/")
         self.on_notice = on_notice
         self.poll = poll
@@ -76,10 +79,9 @@ class PreemptionWatcher:
         self._stopped.set()
 
     def _run(self) -> None:
-        check = self._check_aws if self.cloud == "aws" else self._check_gcp
         while not self._stopped.is_set():
             try:
-                notice = check()
+                notice = self._check()
             except OSError as exc:  # metadata server unreachable for a moment: try again
                 log.debug("preemption check failed: %s", exc)
                 notice = None

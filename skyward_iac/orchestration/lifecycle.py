@@ -159,13 +159,14 @@ class PoolLifecycle:
 
     def _announce(self, plan: PoolPlan) -> None:
         offer, accelerator = plan.choice.offer, plan.spec.accelerator
+        local = plan.spec.provider.on_this_machine  # no market, no estimated price
         self.events.emit(ClusterRequested(
             stack=plan.stack_name, provider=plan.provider, nodes=plan.bounds.desired,
             accelerator=accelerator.name if accelerator else None,
             instance_type=offer.instance_type, region=offer.region,
-            market=None if plan.provider == "local" else plan.choice.market,
+            market=None if local else plan.choice.market,
             hourly_usd=plan.usd_per_hour(plan.request),
-            estimated=plan.provider != "local" and plan.choice.estimated))
+            estimated=not local and plan.choice.estimated))
 
     def _settle(self, parts: PoolParts, stack: ClusterStack) -> None:
         """``parts`` are the pool's from now on: their teardown ends it (console and stack

@@ -68,7 +68,8 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
     uv: str | None = None
     python = wanted
     image_ref = spec.provider.container_image
-    if spec.provider.kind == "local" and image_ref is None:
+    local = spec.provider.on_this_machine
+    if local and image_ref is None:
         import uv as uv_package
 
         uv = uv_package.find_uv_bin()
@@ -80,13 +81,13 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         pip=image.pip,
         pip_indexes=tuple((index.url, index.packages) for index in image.pip_indexes),
         apt=image.apt, shell_vars=dict(image.shell_vars),
-        env={**(local_network_env() if spec.provider.kind == "local" else {}), **image.env},
+        env={**(local_network_env() if local else {}), **image.env},
         includes=includes or (build_archive(image.includes, image.excludes)
                               if image.includes else None),
         # "auto" ships the client's own copy: the node then runs exactly the client's code.
         skyward_source="pypi" if image.skyward_source == "pypi" else "local",
         metrics=image.metrics or (),
-        cloud_init=spec.provider.kind != "local",
+        cloud_init=not local,
         concurrency=options.worker.concurrency,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
@@ -94,13 +95,13 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
-        preemption=spec.provider.kind if spec.provider.kind in ("aws", "gcp") else None,
+        preemption=spec.provider.preemption_notice,
         container=None if image_ref is None else docker.ContainerPlan(
             image=image_ref.tag, name=docker.container_name(address.workdir),
             devices=docker.devices_for(vendor_of(spec.accelerator.name)
                                        if spec.accelerator else None),
             binds=tuple(volume.mount for volume in spec.volumes),
-            install=spec.provider.kind != "local"),
+            install=not local),
     )
 
 

@@ -169,7 +169,7 @@ class PoolPlan:
         from skyward_iac.orchestration.collections import head_etcd_plan
         from skyward_iac.orchestration.node import plan_for
 
-        region = None if self.provider == "local" else self.choice.offer.region
+        region = None if self.spec.provider.on_this_machine else self.choice.offer.region
         volumes = mount_plan(self.spec.volumes, self.provider, outputs.volume_keys, region=region)
         plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes,
                         self.includes)
@@ -181,7 +181,8 @@ class PoolPlan:
                  for n in outputs.nodes]
         per_node = self.spec.accelerator.count if self.spec.accelerator else 0
         head = outputs.node(0).private_address if outputs.nodes else ""
-        accelerator = accelerator_info(None if self.provider == "local" else self.choice.offer)
+        accelerator = accelerator_info(None if self.spec.provider.on_this_machine
+                                       else self.choice.offer)
         return {
             node.index: InstanceInfo(
                 node=node.index, total_nodes=len(outputs.nodes), head_addr=head,
@@ -272,7 +273,7 @@ def _check_policy(spec: Spec, options: Options, choice: offers.Choice, bounds: B
     rules = policy.load()
     if not rules:
         return
-    local = spec.provider.kind == "local"
+    local = spec.provider.on_this_machine  # no catalog offer: no region or instance type
     try:
         usd = offers.hourly_cost(choice, bounds.ceiling)  # a Local node at its usd_per_hour
     except Exception:  # noqa: BLE001 - no price: the cost rule cannot hold it back
@@ -298,7 +299,7 @@ def _check_local_container(spec: Spec) -> None:
     """A Local ``container_image`` needs a Docker engine and the image on this machine (a
     Local pool installs and pulls nothing)."""
     image = spec.provider.container_image
-    if spec.provider.kind == "local" and image is not None:
+    if spec.provider.on_this_machine and image is not None:
         if problem := container.local_engine_problem(image.tag):
             raise ConfigError(f"sky.Local(container_image={image.tag!r}): {problem}; Local "
                               "runs containers only with a Docker engine and the image here")

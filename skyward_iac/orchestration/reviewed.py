@@ -90,7 +90,7 @@ def plan_facts(plan: PoolPlan) -> dict[str, Any]:
     return {
         "spec": spec,
         "plugins": [getattr(p, "name", repr(p)) for p in plan.spec.plugins],
-        "offer": None if plan.provider == "local" else {
+        "offer": None if plan.spec.provider.on_this_machine else {
             "instance_type": plan.choice.offer.instance_type,
             "region": plan.choice.offer.region, "market": plan.choice.market},
         "nodes": request.node_count,

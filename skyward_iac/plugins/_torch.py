@@ -59,7 +59,7 @@ def _install(packages: tuple[str, ...], backend: Backend | None, cuda: str, imag
         index = PipIndex(url=f"{TORCH_INDEX}/{cuda}", packages=names)
         # NCCL must not pick the loopback or a container bridge between hosts.
         env |= {"NCCL_SOCKET_IFNAME": "^lo,docker0", "GLOO_SOCKET_IFNAME": ""}
-    elif cluster.provider == "local":
+    elif cluster.spec.provider.on_this_machine:
         # Local nodes are loopback addresses of one machine: gloo talks over lo.
         env |= {"GLOO_SOCKET_IFNAME": "lo"}
     env = {name: value for name, value in env.items() if value}

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.providers import provider_class
 from skyward_iac.api.volumes import Volume, VolumeKeys, mount_kind
 
 #: The Local node's namespace holder pid, relative to the node's workdir.
@@ -79,7 +80,7 @@ def mount_plan(volumes: Sequence[Volume], provider: str,
         return MountPlan()
     keys = keys or {}
     kinds = [mount_kind(volume, provider) for volume in volumes]
-    local = provider == "local"
+    local = provider_class(provider).on_this_machine  # a sandbox: its own mount namespace
     files: list[VolumeFile] = []
     lines = [
         "# volumes: mounted before the agent starts",

@@ -315,7 +315,7 @@ def matching(spec: Spec, catalog: Catalog | None = None) -> list[Choice]:
     before it and what to change.
     """
     kind = spec.provider.kind
-    if kind == "local":
+    if spec.provider.on_this_machine:
         check_local_fits(spec)  # this machine is the only offer, at the price it is given
         price = spec.provider.usd_per_hour if isinstance(spec.provider, Local) else 0.0
         return [Choice(spec, replace(LOCAL_OFFER, on_demand=price), "on-demand")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -66,21 +67,26 @@ class Refusal:
         """Where the user asks for more of a quota ("" for refusals that are not quotas);
         ``instance_type`` names the AWS quota (they count vCPUs per family of types), ``region``
         the region refused when the message names none."""
-        region = self.region or region
         if self.cause is not Cause.QUOTA:
             return ""
-        if self.provider == "gcp":
-            where = "all regions" if self.scope is Scope.GLOBAL else (region or "the region")
-            return (f"raise quota {self.quota or '(named above)'} for {where}: Google Cloud "
-                    "console > IAM & Admin > Quotas (filter on the metric), or see the limits "
-                    "with `gcloud compute project-info describe` (global) and `gcloud compute "
-                    "regions describe REGION` (regional)")
-        quota = aws_quota_name(instance_type, self.spot_only) if instance_type else (
-            "the Spot Instance Requests quota" if self.spot_only
-            else "the Running On-Demand instances quota")
-        return (f"raise {quota} (vCPUs) in {region or 'the region'}: Service Quotas console "
-                "> Amazon EC2, or `aws service-quotas list-service-quotas --service-code ec2` "
-                "and `aws service-quotas request-service-quota-increase`")
+        return DIALECTS[self.provider].advice(self, instance_type, self.region or region)
+
+
+def _gcp_advice(refusal: Refusal, instance_type: str | None, region: str | None) -> str:
+    where = "all regions" if refusal.scope is Scope.GLOBAL else (region or "the region")
+    return (f"raise quota {refusal.quota or '(named above)'} for {where}: Google Cloud "
+            "console > IAM & Admin > Quotas (filter on the metric), or see the limits "
+            "with `gcloud compute project-info describe` (global) and `gcloud compute "
+            "regions describe REGION` (regional)")
+
+
+def _aws_advice(refusal: Refusal, instance_type: str | None, region: str | None) -> str:
+    quota = aws_quota_name(instance_type, refusal.spot_only) if instance_type else (
+        "the Spot Instance Requests quota" if refusal.spot_only
+        else "the Running On-Demand instances quota")
+    return (f"raise {quota} (vCPUs) in {region or 'the region'}: Service Quotas console "
+            "> Amazon EC2, or `aws service-quotas list-service-quotas --service-code ec2` "
+            "and `aws service-quotas request-service-quota-increase`")
 
 
 #: EC2's vCPU quotas by the letters that open an instance type's name.
@@ -102,7 +108,6 @@ def aws_quota_name(instance_type: str, spot: bool) -> str:
 class _Sign:
     """An error code (or the cloud's fixed wording for it) and what it means."""
 
-    provider: str
     pattern: re.Pattern[str]
     code: str
     scope: Scope
@@ -110,38 +115,66 @@ class _Sign:
     spot_only: bool = False
 
 
-def _sign(provider: str, text: str, code: str, scope: Scope, cause: Cause,
-          spot_only: bool = False) -> _Sign:
-    return _Sign(provider, re.compile(text, re.IGNORECASE), code, scope, cause, spot_only)
+def _sign(text: str, code: str, scope: Scope, cause: Cause, spot_only: bool = False) -> _Sign:
+    return _Sign(re.compile(text, re.IGNORECASE), code, scope, cause, spot_only)
 
 
-#: The codes both clouds return, in the order they are looked for. AWS codes are those of
-#: RunInstances (and the spot request status); GCP's are the operation's error codes and the
-#: wording Compute Engine gives them.
-SIGNS = (
-    _sign("aws", r"\bInsufficientInstanceCapacity\b", "InsufficientInstanceCapacity",
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one cloud words its refusals: its codes, where it names the zone or region, and
+    where its users raise a quota. One per cloud (``DIALECTS``), so no reader asks which."""
+
+    provider: str
+    #: Its codes, in the order they are looked for.
+    signs: tuple[_Sign, ...]
+    #: A zone named in its errors, with the region it belongs to (groups ``zone``, ``region``).
+    zone: re.Pattern[str]
+    #: Where it asks for more of a quota (``Refusal.how_to_raise``).
+    advice: Callable[[Refusal, str | None, str | None], str]
+    #: A region named without a zone (group ``region``); None: it names none so.
+    region: re.Pattern[str] | None = None
+    #: A reader of its quota refusals, whose metric decides their scope; None: its signs do.
+    quota: Callable[[str], Refusal | None] | None = None
+
+    def classify(self, line: str) -> Refusal | None:
+        """The refusal ``line`` states in this cloud's words, or None."""
+        for sign in self.signs:
+            if sign.pattern.search(line):
+                zone = self.zone.search(line)
+                region = zone or (self.region.search(line) if self.region else None)
+                return Refusal(self.provider, sign.code, sign.scope, sign.cause, sign.spot_only,
+                               region=region.group("region") if region else None,
+                               zone=zone.group("zone") if zone else None, line=line.strip())
+        return None
+
+
+#: AWS codes are those of RunInstances (and the spot request status).
+AWS_SIGNS = (
+    _sign(r"\bInsufficientInstanceCapacity\b", "InsufficientInstanceCapacity",
           Scope.ZONE, Cause.CAPACITY),
-    _sign("aws", r"\bcapacity-not-available\b|There is no Spot capacity available",
+    _sign(r"\bcapacity-not-available\b|There is no Spot capacity available",
           "capacity-not-available", Scope.ZONE, Cause.CAPACITY, spot_only=True),
     # Spot prices differ per zone: another zone, or the on-demand market, may be under the cap.
-    _sign("aws", r"\bSpotMaxPriceTooLow\b|\bprice-too-low\b", "SpotMaxPriceTooLow", Scope.ZONE,
+    _sign(r"\bSpotMaxPriceTooLow\b|\bprice-too-low\b", "SpotMaxPriceTooLow", Scope.ZONE,
           Cause.PRICE, spot_only=True),
-    _sign("aws", r"Unsupported: Your requested instance type|is not supported in your "
+    _sign(r"Unsupported: Your requested instance type|is not supported in your "
           r"requested Availability Zone", "Unsupported", Scope.ZONE, Cause.UNOFFERED),
     # The account's spot limit counts every zone of the region; on demand is a separate quota.
-    _sign("aws", r"\bMaxSpotInstanceCountExceeded\b|Max spot instance count exceeded",
+    _sign(r"\bMaxSpotInstanceCountExceeded\b|Max spot instance count exceeded",
           "MaxSpotInstanceCountExceeded", Scope.REGION, Cause.QUOTA, spot_only=True),
-    _sign("aws", r"\bVcpuLimitExceeded\b", "VcpuLimitExceeded", Scope.REGION, Cause.QUOTA),
-    _sign("aws", r"\bInstanceLimitExceeded\b", "InstanceLimitExceeded", Scope.REGION,
-          Cause.QUOTA),
+    _sign(r"\bVcpuLimitExceeded\b", "VcpuLimitExceeded", Scope.REGION, Cause.QUOTA),
+    _sign(r"\bInstanceLimitExceeded\b", "InstanceLimitExceeded", Scope.REGION, Cause.QUOTA),
     # The program's own words when no zone of the region offers the type (aws_network.py).
-    _sign("aws", r"no availability zone of \S+ offers", "NoZoneOffersType", Scope.REGION,
+    _sign(r"no availability zone of \S+ offers", "NoZoneOffersType", Scope.REGION,
           Cause.UNOFFERED),
-    _sign("gcp", r"\bZONE_RESOURCE_POOL_EXHAUSTED(?:_WITH_DETAILS)?\b",
+)
+#: GCP's are the operation's error codes and the wording Compute Engine gives them.
+GCP_SIGNS = (
+    _sign(r"\bZONE_RESOURCE_POOL_EXHAUSTED(?:_WITH_DETAILS)?\b",
           "ZONE_RESOURCE_POOL_EXHAUSTED", Scope.ZONE, Cause.CAPACITY),
-    _sign("gcp", r"does not have enough resources available to fulfill the request",
+    _sign(r"does not have enough resources available to fulfill the request",
           "ZONE_RESOURCE_POOL_EXHAUSTED", Scope.ZONE, Cause.CAPACITY),
-    _sign("gcp", r"does not exist in zone", "UNOFFERED_IN_ZONE", Scope.ZONE, Cause.UNOFFERED),
+    _sign(r"does not exist in zone", "UNOFFERED_IN_ZONE", Scope.ZONE, Cause.UNOFFERED),
 )
 #: GCP names the quota: ``Quota 'NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.``;
 #: an operation's error, as terraform-provider-google writes it (``ComputeOperationError`` in
@@ -153,21 +186,6 @@ GCP_QUOTA_CODE = re.compile(r"\bQUOTA_EXCEEDED\b|\bquotaExceeded\b")
 _IN_REGION = re.compile(r"\bin region (?P<region>[a-z]+-[a-z]+\d+)")
 _AWS_ZONE = re.compile(r"\b(?P<zone>(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z])\b")
 _GCP_ZONE = re.compile(r"zones/(?P<zone>(?P<region>[a-z]+-[a-z]+\d)-[a-z])\b")
-
-
-def classify(line: str) -> Refusal | None:
-    """The refusal one line of an engine error states, or None (another kind of error)."""
-    quota = _gcp_quota(line)
-    if quota is not None:
-        return quota
-    for sign in SIGNS:
-        if sign.pattern.search(line):
-            zone = (_AWS_ZONE if sign.provider == "aws" else _GCP_ZONE).search(line)
-            region = zone or (_IN_REGION.search(line) if sign.provider == "gcp" else None)
-            return Refusal(sign.provider, sign.code, sign.scope, sign.cause, sign.spot_only,
-                           region=region.group("region") if region else None,
-                           zone=zone.group("zone") if zone else None, line=line.strip())
-    return None
 
 
 def _gcp_quota(line: str) -> Refusal | None:
@@ -183,6 +201,22 @@ def _gcp_quota(line: str) -> Refusal | None:
                    Cause.QUOTA, spot_only=bool(metric and metric.startswith("PREEMPTIBLE_")),
                    quota=metric, region=region.group("region") if region else None,
                    line=line.strip())
+
+
+AWS_WORDS = Dialect("aws", AWS_SIGNS, _AWS_ZONE, _aws_advice)
+GCP_WORDS = Dialect("gcp", GCP_SIGNS, _GCP_ZONE, _gcp_advice, region=_IN_REGION,
+                    quota=_gcp_quota)
+#: Each cloud's words by its kind.
+DIALECTS = {d.provider: d for d in (AWS_WORDS, GCP_WORDS)}
+
+
+def classify(line: str) -> Refusal | None:
+    """The refusal one line of an engine error states, or None (another kind of error): a
+    quota named with its metric first, then each cloud's codes."""
+    for dialect in DIALECTS.values():
+        if dialect.quota is not None and (quota := dialect.quota(line)) is not None:
+            return quota
+    return next((r for d in DIALECTS.values() if (r := d.classify(line)) is not None), None)
 
 
 def refusal_in(text: str) -> Refusal | None:

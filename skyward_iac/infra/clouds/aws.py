@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyward_iac.infra.clouds.base import Cloud
 from skyward_iac.infra.identity import cloud_credentials
 from skyward_iac.infra.programs import pins
 
 if TYPE_CHECKING:
+    from skyward_iac.infra.pricing.document import RefreshedCatalog
     from skyward_iac.infra.programs import ClusterRequest
     from skyward_iac.infra.programs.pins import Resolvers
 
@@ -18,6 +19,7 @@ class AwsCloud(Cloud):
     kind: ClassVar[str] = "aws"
     credential_sources: ClassVar[tuple[str, ...]] = cloud_credentials.AWS_SOURCES
     pin_keys: ClassVar[tuple[str, ...]] = (pins.SSH_CIDR, pins.AWS_ACCOUNT_ID, *pins.DECIDED)
+    actor_costs_a_call: ClassVar[bool] = True
 
     def program(self, request: ClusterRequest) -> Callable[[], None]:
         from skyward_iac.infra.programs.aws import aws_program
@@ -29,6 +31,24 @@ class AwsCloud(Cloud):
 
     def credential_source(self) -> str | None:
         return cloud_credentials.aws_credential_source()
+
+    def find_actor(self) -> tuple[str, str] | None:
+        """The caller ARN STS names (asked once per process)."""
+        from skyward_iac.infra.identity import cloud_identity
+
+        return cloud_identity.aws_caller()
+
+    def pricing_auth(self) -> Any:
+        """boto3's own credentials: checked here, so no catalog is fetched without them."""
+        cloud_credentials.require_credentials(self.kind)
+        return None
+
+    def fetch_catalog(self, shipped: dict[str, Any], regions: Sequence[str] | None,
+                      auth: Any) -> RefreshedCatalog:
+        """Price List, spot price history and instance types (``pricing/aws.py``)."""
+        from skyward_iac.infra.pricing.aws import refresh_aws
+
+        return refresh_aws(shipped, regions)
 
     def nodes_move_alone(self, request: ClusterRequest) -> bool:
         """A cluster placement group (and with it an EFA pool) lives in one zone."""

@@ -10,10 +10,13 @@ an AWS question never loads pulumi_gcp.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from skyward_iac.api.errors import ConfigError
 
 if TYPE_CHECKING:
+    from skyward_iac.infra.pricing.document import RefreshedCatalog
     from skyward_iac.infra.programs import ClusterRequest
     from skyward_iac.infra.programs.pins import Resolvers
 
@@ -28,6 +31,9 @@ class Cloud:
     credential_sources: ClassVar[tuple[str, ...]] = ()
     #: The stack config keys (``skyward:<key>``) its stacks pin or decide (``pins.py``).
     pin_keys: ClassVar[tuple[str, ...]] = ()
+    #: Learning who its credentials authenticate as costs a call to the cloud (AWS: STS), so
+    #: ``cloud_identity.known_actor`` gives only what this process learned already.
+    actor_costs_a_call: ClassVar[bool] = False
 
     def program(self, request: ClusterRequest) -> Callable[[], None]:
         """The inline Pulumi program declaring ``request``'s cluster (the offer is resolved
@@ -41,6 +47,21 @@ class Cloud:
     def credential_source(self) -> str | None:
         """Where this machine's credentials for the cloud come from; None: it has none."""
         return None
+
+    def find_actor(self) -> tuple[str, str] | None:
+        """Who its credentials authenticate as, and how that is known (``tags.ACTOR_SOURCE``);
+        None: nobody the cloud vouches for (the audit's actor is then self-declared)."""
+        return None
+
+    def pricing_auth(self) -> Any:
+        """What its live pricing APIs need, found (or refused with a ``ConfigError``) before
+        any catalog is fetched; None: nothing beyond the SDK's own credentials."""
+        raise ConfigError(f"{self.kind} has no pricing APIs: its offers are not a catalog's")
+
+    def fetch_catalog(self, shipped: dict[str, Any], regions: Sequence[str] | None,
+                      auth: Any) -> RefreshedCatalog:
+        """Its catalog rebuilt from its live pricing APIs, in ``shipped``'s format."""
+        raise ConfigError(f"{self.kind} has no pricing APIs: its offers are not a catalog's")
 
     def nodes_move_alone(self, request: ClusterRequest) -> bool:
         """Whether a node refused in its zone may be declared in a sibling zone while the

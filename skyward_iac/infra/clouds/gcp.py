@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyward_iac.infra.clouds.base import Cloud
 from skyward_iac.infra.identity import cloud_credentials
 from skyward_iac.infra.programs import pins
 
 if TYPE_CHECKING:
+    from skyward_iac.infra.pricing.document import RefreshedCatalog
     from skyward_iac.infra.programs import ClusterRequest
     from skyward_iac.infra.programs.pins import Resolvers
 
@@ -30,6 +31,25 @@ class GcpCloud(Cloud):
 
     def credential_source(self) -> str | None:
         return cloud_credentials.gcp_credential_source()
+
+    def find_actor(self) -> tuple[str, str] | None:
+        """The account of its credentials: a key's ``client_email``, else gcloud's account."""
+        from skyward_iac.infra.identity import cloud_identity
+
+        return cloud_identity.gcp_account()
+
+    def pricing_auth(self) -> Any:
+        """The Cloud Billing Catalog's token (``pricing/gcp.py``), found once for all regions."""
+        from skyward_iac.infra.pricing.gcp import gcp_auth
+
+        return gcp_auth()
+
+    def fetch_catalog(self, shipped: dict[str, Any], regions: Sequence[str] | None,
+                      auth: Any) -> RefreshedCatalog:
+        """The Cloud Billing Catalog's SKUs (``pricing/gcp.py``)."""
+        from skyward_iac.infra.pricing.gcp import refresh_gcp
+
+        return refresh_gcp(shipped, regions, auth)
 
     def nodes_move_alone(self, request: ClusterRequest) -> bool:
         """A compact placement policy holds its VMs in one zone, and a zone the user set

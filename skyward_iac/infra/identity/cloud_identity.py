@@ -17,10 +17,14 @@ import socket
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.programs.common import caller_cidr
 from skyward_iac.infra.programs.pins import Resolvers
+
+if TYPE_CHECKING:
+    from skyward_iac.infra.clouds import Cloud
 
 #: Where the GCP provider looks for a default project, in its order of precedence.
 GCP_PROJECT_VARIABLES = ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT",
@@ -72,36 +76,47 @@ def gcp_account(environ: Mapping[str, str] | None = None) -> tuple[str, str] | N
     return (account, GCLOUD_ACCOUNT) if account else None
 
 
+def aws_caller() -> tuple[str, str] | None:
+    """The AWS caller ARN (STS, asked at most once per process: ``aws_account_id`` answers it
+    on the way); None without credentials here (the engine will say so)."""
+    try:
+        aws_account_id(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                       or "us-east-1")
+    except ConfigError:
+        return None
+    with _actors_lock:
+        return _actors.get("aws")
+
+
 def actor(provider: str) -> tuple[str, str]:
-    """Who this process acts as on ``provider``, and how that is known: the AWS caller ARN
-    (STS, asked at most once per process: ``aws_account_id`` answers it on the way), the GCP
-    account of the credentials, else ``self_declared``."""
-    if provider not in ("aws", "gcp"):
-        return self_declared()
+    """Who this process acts as on ``provider``, and how that is known: what the provider's
+    credentials authenticate (``Cloud.find_actor``: the AWS caller ARN, the GCP account),
+    remembered once learned, else ``self_declared``."""
     with _actors_lock:
         known = _actors.get(provider)
     if known is not None:
         return known
-    found: tuple[str, str] | None = None
-    if provider == "gcp":
-        found = gcp_account()
-    else:
-        try:
-            aws_account_id(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                           or "us-east-1")
-        except ConfigError:
-            pass  # no credentials here: the engine will say so; the actor is self-declared
-    with _actors_lock:
+    found = _cloud(provider).find_actor()
+    with _actors_lock:  # not found: self-declared from now on, rather than ask at every call
         return _actors.setdefault(provider, _actors.get(provider) or found or self_declared())
 
 
 def known_actor(provider: str) -> tuple[str, str]:
-    """What ``actor`` gives without asking the network: on AWS, the caller ARN only if this
-    process learned it already (creating the stack asked STS), else ``self_declared``."""
-    if provider == "aws":
+    """What ``actor`` gives without asking the network: where the answer costs a call
+    (``Cloud.actor_costs_a_call``: AWS's STS), only what this process learned already
+    (creating the stack asked STS), else ``self_declared``."""
+    if _cloud(provider).actor_costs_a_call:
         with _actors_lock:
-            return _actors.get("aws") or self_declared()
+            return _actors.get(provider) or self_declared()
     return actor(provider)
+
+
+def _cloud(provider: str) -> Cloud:
+    """``provider``'s object (clouds/ imports this module: asked when first needed); an unknown
+    kind answers as Local does (self-declared)."""
+    from skyward_iac.infra.clouds import CLOUDS, LOCAL
+
+    return CLOUDS.get(provider, LOCAL)
 
 
 def gcp_default_project(environ: Mapping[str, str] | None = None) -> str | None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.infra.capacity import offers
-from skyward_iac.infra.identity.cloud_credentials import require_credentials
+from skyward_iac.infra.clouds import cloud
 from skyward_iac.infra.pricing.document import RefreshedCatalog
-from skyward_iac.infra.pricing.gcp import GcpAuth, refresh_gcp
-from skyward_iac.infra.pricing.gcp import gcp_auth as find_gcp_auth
 
 __all__ = ["Refreshed", "RefreshedCatalog", "fetch", "refresh"]
 
@@ -28,27 +27,24 @@ class Refreshed:
 
 
 def fetch(provider: str, regions: Sequence[str] | None = None,
-          gcp_auth: GcpAuth | None = None) -> RefreshedCatalog:
-    """Build ``provider``'s catalog from its live APIs without storing it."""
+          auth: Any = None) -> RefreshedCatalog:
+    """Build ``provider``'s catalog from its live APIs without storing it (``auth``: what
+    ``Cloud.pricing_auth`` found, found now when not given)."""
     shipped = offers.packaged_data(provider)
-    if provider == "aws":
-        require_credentials("aws")
-        from skyward_iac.infra.pricing.aws import refresh_aws
-
-        return refresh_aws(shipped, regions)
-    return refresh_gcp(shipped, regions, gcp_auth)
+    provider_cloud = cloud(provider)
+    if auth is None:
+        auth = provider_cloud.pricing_auth()
+    return provider_cloud.fetch_catalog(shipped, regions, auth)
 
 
 def refresh(providers: Sequence[str], regions: Sequence[str] | None = None) -> list[Refreshed]:
     """Fetch every provider's catalog, then store them all. Credentials are checked for all
     providers first; a provider without credentials or without any live price fails before
     anything is written."""
-    if "aws" in providers:
-        require_credentials("aws")
-    auth = find_gcp_auth() if "gcp" in providers else None
+    auths = {provider: cloud(provider).pricing_auth() for provider in providers}
     fetched = []
     for provider in providers:
-        catalog = fetch(provider, regions, auth)
+        catalog = fetch(provider, regions, auths[provider])
         if not catalog.data["instances"]:
             raise ConfigError(
                 f"the {provider} pricing APIs returned no price for any catalog instance type "

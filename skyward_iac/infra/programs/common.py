@@ -18,12 +18,7 @@ from typing import Any, Literal
 import pulumi
 
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.volumes import (
-    MountKind,
-    Volume,
-    check_volumes,
-    mount_kind,
-)
+from skyward_iac.api.volumes import Volume, check_volumes, mount_kind
 from skyward_iac.infra.capacity.offers import Market, Offer, market_for, select
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.cloud_init import SSH_USER, WORKDIR
@@ -117,8 +112,8 @@ def identity_volumes(request: ClusterRequest) -> tuple[Volume, ...]:
     provider = request.spec.provider.kind
     volumes = request_volumes(request)
     check_volumes(volumes, provider)
-    identity: dict[str, MountKind] = {"aws": "aws-role", "gcp": "gcp-service-account"}
-    return tuple(v for v in volumes if identity.get(provider) == mount_kind(v, provider))
+    identity = request.spec.provider.identity_mount
+    return tuple(v for v in volumes if identity is not None and identity == mount_kind(v, provider))
 
 
 def check_disk(plan: ClusterPlan, image_min_gb: int, image: str) -> None:
