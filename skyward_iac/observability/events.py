@@ -370,7 +370,7 @@ class StackDestroyed(Event):
 EVENT_TYPES: tuple[type[Event], ...] = (
     ClusterRequested, ClusterProvisioned, ClusterReady, ClusterDestroyed,
     InstanceLaunched, InstanceProvisioned, InstanceBootstrapped, InstancePreempted,
-    InstanceReplaced, InstanceDestroyed, BootstrapPhase, BootstrapConsole,
+    ProvisionRetried, InstanceReplaced, InstanceDestroyed, BootstrapPhase, BootstrapConsole,
     TaskQueued, TaskStarted, TaskCompleted, TaskProgress, Metric, Log, Error, CollectionsLost,
     BudgetWarning, BudgetExceeded, StackProgress, StackPreviewed, StackUpdated, StackDestroyed,
 )
@@ -379,8 +379,8 @@ __all__ = [
     "EVENT_TYPES", "Event", "StackOperation", "Status",
     "ClusterRequested", "ClusterProvisioned", "ClusterReady", "ClusterDestroyed",
     "InstanceLaunched", "InstanceProvisioned", "InstanceBootstrapped", "InstancePreempted",
-    "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole", "TaskQueued",
+    "ProvisionRetried", "InstanceReplaced", "InstanceDestroyed", "BootstrapPhase", "BootstrapConsole", "TaskQueued",
     "TaskStarted", "TaskCompleted", "TaskProgress", "Metric", "Log", "Error", "CollectionsLost",
-    "BudgetWarning", "BudgetExceeded", "StackProgress", "StackPreviewed",
+    "BudgetWarning", "BudgetExceeded", "StackProgress", "StackChanges", "StackPreviewed",
     "StackUpdated", "StackDestroyed",
 ]

@@ -22,8 +22,6 @@ from skyward_iac.api.spec import MAX_NODES
 from skyward_iac.orchestration.node import Node
 from skyward_iac.orchestration.plan import Bounds
 
-#: Most nodes one pool may have (a bigger request is almost always a typo).
-
 
 class Phase(enum.Enum):
     """Where a declared node is in its life."""

@@ -33,6 +33,16 @@ def sample(cls: type[ev.Event]) -> ev.Event:
     return cls(**values)
 
 
+def test_every_concrete_event_is_listed_and_exported() -> None:
+    def subclasses(cls: type[ev.Event]) -> set[str]:  # by name: slots=True remakes a class
+        return {name for child in cls.__subclasses__() if child.__module__ == ev.__name__
+                for name in {child.__name__, *subclasses(child)}}
+
+    concrete = subclasses(ev.Event) - {"StackChanges"}  # the base of two of them
+    assert {cls.__name__ for cls in ev.EVENT_TYPES} == concrete
+    assert concrete | {"StackChanges"} <= set(ev.__all__)
+
+
 @pytest.mark.parametrize("cls", ev.EVENT_TYPES, ids=lambda c: c.__name__)
 def test_every_event_is_a_frozen_slotted_timestamped_value(cls: type[ev.Event]) -> None:
     before = time.time()
