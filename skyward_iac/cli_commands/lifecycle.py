@@ -50,7 +50,7 @@ def run_history(args: argparse.Namespace) -> int:
 
     if args.limit < 0:
         args.parser.error(f"--limit must be >= 0, got {args.limit}")
-    runs = all_runs(args.limit)
+    runs = all_runs(args.limit, ops=True)
     if args.json:
         print_json(runs)
         return 0

@@ -14,7 +14,7 @@ import shlex
 import sys
 import threading
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from skyward_iac.api.deadlines import seconds_left
@@ -54,6 +54,9 @@ class LiveStack:
     #: The owner as this machine sees it: ``running``, ``gone``, ``alive elsewhere``,
     #: ``elsewhere, no lease`` ("" when not judged).
     owner_state: str = ""
+    #: ``skyward_iac`` for a pool's stack; ``pulumi CLI (stacks/aws)`` for a cluster of the
+    #: checkout's ``stacks/`` (no owner, lease or rate recorded: its config is the ops team's).
+    managed_by: str = "skyward_iac"
 
 
 def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
@@ -75,6 +78,22 @@ def describe(name: str, tags: dict[str, str], resources: int, now: datetime,
         lease_left_s=None if lease_judged else seconds_left(tags.get("lease_until"), now),
         lease_judged=lease_judged, owner_state=owner_state,
     )
+
+
+def describe_ops(stored: Any, now: datetime) -> LiveStack:
+    """``ls``'s row for a ``stacks/`` cluster (``records.ops_clusters``, with its updates):
+    its age from its first update; no owner, lease or rate, which only its config knows."""
+    project = stored.name.split("/", 1)[0]
+    directory = project.removeprefix("skyward-")
+    first = min((u.start_time for u in stored.updates), default=None)
+    created = first.replace(tzinfo=first.tzinfo or UTC) if first is not None else None
+    return LiveStack(
+        stack=stored.name, provider=directory, owner="-", nodes=0,
+        resources=stored.resource_count,
+        created_at=created.isoformat(timespec="seconds") if created else None,
+        age_s=round((now - created).total_seconds(), 1) if created else None,
+        usd_per_hour=0.0, cost_usd=0.0, expires_at="never", owner_running=False,
+        owner_state="not judged", managed_by=f"pulumi CLI (stacks/{directory})")
 
 
 def lease_text(row: LiveStack) -> str:
@@ -125,6 +144,7 @@ def owner_text(state: str, judged: str) -> str:
 def live_stacks() -> list[LiveStack]:
     """Every stack that holds resources, newest first, its owner judged as gc judges it."""
     from skyward_iac.infra.stacks import gc
+    from skyward_iac.infra.stacks.records import ops_clusters
     from skyward_iac.infra.stacks.stack import list_records
 
     records = [r for r in list_records(only_live=True) if r.resource_count]
@@ -137,6 +157,7 @@ def live_stacks() -> list[LiveStack]:
             judged = "lapsed" if gc.lease_reason(record, seen) else "held"
         rows.append(describe(record.name, record.tags, record.resource_count, seen.now,
                              state == gc.RUNNING, owner_text(state, judged), judged))
+    rows += [describe_ops(s, seen.now) for s in ops_clusters(updates=True) if s.resource_count]
     return sorted(rows, key=lambda row: row.created_at or "", reverse=True)
 
 
@@ -185,6 +206,10 @@ def run_ls(args: argparse.Namespace) -> int:
     print(f"{'STACK':<44} {'NODES':>5} {'AGE':>7} {'USD/H':>9} {'COST':>9}  {'LEASE':<16} "
           "OWNER")
     for row in rows:
+        if row.managed_by != "skyward_iac":  # no rate, lease or owner recorded: say who runs it
+            print(f"{row.stack:<44} {'-':>5} {human_age(row.age_s):>7} {'-':>9} {'-':>9}  "
+                  f"{'-':<16} {row.managed_by}, {row.resources} resources")
+            continue
         state = f"warm until {row.warm_until}" if row.warm_until else row.owner_state
         print(f"{row.stack:<44} {row.nodes:>5} {human_age(row.age_s):>7} "
               f"{row.usd_per_hour:>9.4f} ${row.cost_usd:>8.4f}  {lease_text(row):<16} "

@@ -50,6 +50,13 @@ def summary(name: str, tags: dict[str, str], resources: int, updates: Sequence[A
     done = next((u for u in destroys if u.result == "succeeded" and u.end_time), None)
     ended = _utc(done.end_time) if done is not None and not resources else None
     duration = max(((ended or now) - started).total_seconds(), 0.0) if started else None
+    if started and not resources and done is None:
+        # Holds nothing and was never destroyed: the plan of a pool never applied, or an apply
+        # that failed before a node. It ran until its last update that succeeded, if any
+        # (measured on the update's clock), not until now: it is billed nothing today.
+        ups = [u.end_time.replace(tzinfo=u.end_time.tzinfo or UTC) for u in updates
+               if u.kind == "update" and u.result == "succeeded" and u.end_time]
+        duration = max((max(ups) - started).total_seconds(), 0.0) if ups else 0.0
     segments = usage.of_tags(tags)
     totals = usage.totals(segments, duration or 0.0)
     actor, source = actor_of(tags)
@@ -92,7 +99,28 @@ def summary(name: str, tags: dict[str, str], resources: int, updates: Sequence[A
         "taken_down_by": tags.get("down_by") or None,
         # Who reached its nodes with ssh, forward or cp, and when (newest first).
         "access": access.listing(tags),
+        "managed_by": "skyward_iac",
     }
+
+
+def ops_summaries(now: datetime) -> list[dict[str, Any]]:
+    """``history``'s rows for the clusters of ``stacks/`` (``records.ops_clusters``): created
+    at their first update, ended by their last destroy; no owner, rate or spec is recorded in
+    the backend (their config is the ops team's), so their actor, node-hours and USD are not
+    known here."""
+    from skyward_iac.infra.stacks.records import ops_clusters
+
+    rows = []
+    for stack in ops_clusters(updates=True):
+        first = min((u.start_time for u in stack.updates), default=None)
+        if first is None:
+            continue  # initialized, never run: nothing to audit yet
+        directory = stack.name.split("/", 1)[0].removeprefix("skyward-")
+        tags = {"created_at": _iso(first), "provider": directory}
+        row = summary(stack.name, tags, stack.resource_count, stack.updates, now)
+        rows.append({**row, "spec": f"stacks/{directory}", "actor_source": "",
+                     "managed_by": f"pulumi CLI (stacks/{directory})"})
+    return rows
 
 
 def _ended_tag(tags: dict[str, str]) -> dict[str, str] | None:
@@ -110,10 +138,10 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2 if sys.stdout.isatty() else None))
 
 
-def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
+def all_runs(limit: int | None = None, ops: bool = False) -> list[dict[str, Any]]:
     """Every recorded run (a stack with a ``created_at`` tag), newest first (the newest
     ``limit``); from the backend's records when readable directly, else through the engine
-    (a few commands per run)."""
+    (a few commands per run). ``ops``: the clusters of ``stacks/`` among them."""
     from skyward_iac.infra.stacks.records import list_records, stored_stacks
     from skyward_iac.infra.stacks.tags import skyward_tags
 
@@ -139,8 +167,12 @@ def all_runs(limit: int | None = None) -> list[dict[str, Any]]:
     found.sort(key=lambda run: (run[1]["created_at"], run[0]), reverse=True)  # as newest()
     found = found[:limit] if limit is not None else found
     now = datetime.now(UTC)
-    return [summary(name, tags, count, updates if updates is not None else _history(name), now)
+    runs = [summary(name, tags, count, updates if updates is not None else _history(name), now)
             for name, tags, count, updates in found]
+    if ops:
+        runs = sorted(runs + ops_summaries(now), key=lambda run: (run["created_at"], run["stack"]),
+                      reverse=True)[:limit]
+    return runs
 
 
 def _history(name: str) -> Sequence[Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,8 +44,9 @@ def test_ls_lists_the_live_stack_with_its_owner_running(owner: Child,
     assert row["owner_running"] is True
     assert 0 < row["age_s"] < 600 and row["cost_usd"] == 0.0  # Local costs nothing
     assert row["expires_at"] != "never"
+    assert row["usd_per_hour"] == 0.0 and row["managed_by"] == "skyward_iac"
     code, out, _ = cli(capsys, "ls")
-    assert code == 0
+    assert code == 0 and "USD/H" in out.splitlines()[0]  # the rate column
     line = next(line for line in out.splitlines() if line.startswith(owner.stack or "?"))
     assert "(running)" in line and "$  0.0000" in line
 
@@ -139,3 +141,49 @@ def wait_for(condition: object, timeout: float, seen: list[str]) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out; output so far:\n" + "\n".join(seen[-20:]))
         time.sleep(0.05)
+
+
+@pytest.mark.timeout(600)
+def test_a_stacks_dir_cluster_shows_in_ls_history_and_gc_and_gc_leaves_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cluster an ops team runs from stacks/local with the pulumi CLI, in the pools' own
+    backend: ``ls`` and ``history`` list it, gc names it skipped and leaves its nodes alone
+    (their sandboxes are not orphans), and its destroy shows in ``history``."""
+    from skyward_iac.infra.engine import locate as engine
+    from tests.helpers import stack_processes
+    from tests.integration.test_stacks_dir import LAUNCHERS, pulumi_cli
+
+    found = engine.find_engine()
+    base = engine.engine_env(found)
+    env = {**os.environ, **base, "PATH": os.pathsep.join([str(LAUNCHERS), base["PATH"]])}
+    project = tmp_path / "local"
+    shutil.copytree(ROOT / "stacks" / "local", project)
+    (project / "Pulumi.ops.yaml").write_text('config:\n  skyward:nodes: "1"\n'
+                                             '  skyward:ttl: "0"\n')
+    pulumi_cli(project, env, "stack", "init", "ops")
+    name, nodes = "skyward-local/ops", "skyward-local-ops"
+    try:
+        pulumi_cli(project, env, "up", "--yes", "--skip-preview")
+        code, out, err = cli(capsys, "ls", "--json")
+        assert code == 0, err
+        [row] = [r for r in json.loads(out) if r["stack"] == name]
+        assert row["managed_by"] == "pulumi CLI (stacks/local)" and row["resources"] >= 2
+        code, out, err = cli(capsys, "ls")
+        assert name in out and "pulumi CLI (stacks/local)" in out, out
+        for dry in (["--dry-run"], []):
+            code, out, err = cli(capsys, "gc", *dry, "--json")
+            assert code == 0, err
+            [action] = [a for a in json.loads(out) if a["stack"] == name]
+            assert action["action"] == "skipped" and "pulumi destroy" in action["reason"]
+            assert not [a for a in json.loads(out) if nodes in a["stack"]]  # nothing reaped
+        assert stack_processes(nodes), "gc stopped the cluster's nodes"
+        code, out, err = cli(capsys, "history", "--json")
+        [run] = [r for r in json.loads(out) if r["stack"] == name]
+        assert run["ended"] == "running" and run["spec"] == "stacks/local"
+    finally:
+        pulumi_cli(project, env, "destroy", "--yes", "--skip-preview")
+    code, out, err = cli(capsys, "history", "--json")
+    [run] = [r for r in json.loads(out) if r["stack"] == name]
+    assert run["live_resources"] == 0 and run["ended_at"] and run["result"] == "succeeded"
+    assert name not in cli(capsys, "ls")[1]
+    pulumi_cli(project, env, "stack", "rm", "--yes")

@@ -67,6 +67,10 @@ def test_machine_b_cannot_weaken_the_policy_machine_a_pushed(
     assert pushed.returncode == 0, pushed.stderr
     assert "(aws-sts)" in pushed.stdout  # the pusher's caller identity, from STS
     assert team_policy.KEY in keys(s3_team)
+    (tmp_path / "sub").mkdir()  # a relative path from another directory names the same file
+    same = skyward_iac(tmp_path / "sub", machine_a, "policy", "diff", "../team.toml")
+    assert same.returncode == 0, same.stderr
+    assert f"-> {team}:" in same.stdout and "no rule changes" in same.stdout, same.stdout
 
     # Machine B: its own home, an empty SKYWARD_POLICY, and no way to lift the team rule.
     monkeypatch.setenv("SKYWARD_HOME", str(machine_b))

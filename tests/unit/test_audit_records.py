@@ -224,3 +224,20 @@ def test_the_cost_report_groups_and_windows_runs() -> None:
     assert cost.total(by_user, 3).cost_usd == 10.0
     with pytest.raises(Exception, match="give a month"):
         cost.parse_time("last tuesday", "--since")
+
+
+def test_a_run_that_never_held_resources_uses_no_node_hours() -> None:
+    """A plan's stack never applied, or an apply that failed before a node: no resources, no
+    destroy. It stops counting at its last successful update, not at ``now``."""
+    later = T0 + timedelta(days=3)
+    planned = runs.summary("aws-ana-2", TAGS, 0, [], now=later)
+    assert planned["ended"] == "never provisioned"
+    assert planned["node_hours"] == 0 and planned["cost_usd"] == 0
+    failed = runs.summary("aws-ana-3", TAGS, 0,
+                          [update("update", "failed", "skyward: apply", T0, 9)], now=later)
+    assert failed["node_hours"] == 0 and failed["duration_s"] == 0
+    refreshed = runs.summary("aws-ana-4", TAGS, 0,  # its nodes vanished; a refresh saw it
+                             [update("update", "succeeded", "skyward: up", T0, 3600)],
+                             now=later)
+    assert refreshed["duration_s"] == 3600 and refreshed["node_hours"] == pytest.approx(
+        0.5 * 2 + 0.5 * 1, abs=1e-4)

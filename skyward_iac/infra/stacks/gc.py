@@ -9,7 +9,8 @@ comparing two machines' clocks (``api/deadlines.py``):
   lease on this machine's monotonic clock, or, at a first look, ended more than
   ``MAX_CLOCK_SKEW`` ago).
 
-A warm pool is left to its keeper until ``warm_until``. Stacks without a lease (``ttl=0``, or
+A warm pool is left to its keeper until ``warm_until``. The clusters of ``stacks/`` (run with
+the pulumi CLI, no owner or lease) are listed as skipped, never collected. Stacks without a lease (``ttl=0``, or
 from before leases) keep the older rule: expired, and the owner gone. Who the owner is and
 whether its lease holds is ``owners.py``'s judgement, the one ``down`` and every other destroyer
 use. Collection goes through the one destroy path (``destroy.py``): it clears what a crash
@@ -46,6 +47,8 @@ from skyward_iac.infra.stacks.tags import WARM_UNTIL, StackRecord
 from skyward_iac.processes import stop_sandbox
 
 log = logging.getLogger("skyward")
+#: The Pulumi project of ``stacks/local`` (records.OPS_PROJECTS), whose nodes run here.
+LOCAL_OPS_PROJECT = "skyward-local"
 
 
 def collect_reason(record: StackRecord, look: Look) -> str | None:
@@ -111,6 +114,10 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
         # pool being created right now is always among the stacks listed after.
         sandboxes = sandbox_dirs(home.local_nodes_dir())
         known = [record.name for record in list_records(only_live=False)]
+        # A stacks/local cluster's nodes are named <project>-<stack> (skyward-local-dev);
+        # its project is read only when such a sandbox exists (a pool's start runs this gc).
+        if any(s.parent.name.startswith(f"{LOCAL_OPS_PROJECT}-") for s in sandboxes):
+            known += [cluster.replace("/", "-") for cluster in ops_cluster_names()]
         for sandbox in orphan_sandboxes(sandboxes, known, home.backend_url()):
             stop_sandbox(sandbox)
             actions.append(Action(sandbox.parent.name, "reaped",
@@ -135,7 +142,31 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
             if not dry_run:
                 ClusterStack.select(record.name).remove()
             actions.append(Action(record.name, "pruned", reason))
+    if not this_host_only:
+        actions += ops_actions(wanted)
     return actions
+
+
+def ops_actions(wanted: set[str] | None = None) -> list[Action]:
+    """The clusters of ``stacks/`` that hold resources, each skipped with the reason: they
+    are run with the pulumi CLI and have no owner or lease gc could judge."""
+    from skyward_iac.infra.stacks.records import ops_clusters
+
+    return [Action(s.name, "skipped", "a cluster of stacks/ run with the pulumi CLI: gc "
+                   f"never collects it (`pulumi destroy` in stacks/{_directory(s.name)})")
+            for s in ops_clusters() if s.resource_count and (wanted is None or s.name in wanted)]
+
+
+def ops_cluster_names() -> list[str]:
+    """Every cluster of ``stacks/`` in the backend, ``PROJECT/STACK``."""
+    from skyward_iac.infra.stacks.records import ops_clusters
+
+    return [cluster.name for cluster in ops_clusters()]
+
+
+def _directory(name: str) -> str:
+    """``aws`` for ``skyward-aws/dev``."""
+    return name.split("/", 1)[0].removeprefix("skyward-")
 
 
 def _destroy(record: StackRecord, seen: Look, reason: str) -> Action:

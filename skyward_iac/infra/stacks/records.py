@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from skyward_iac.infra.engine import state_files, state_s3
@@ -23,6 +24,9 @@ if TYPE_CHECKING:  # the engine's API costs a second to import: only the fallbac
     import pulumi.automation as auto
 
 PROJECT = "skyward"
+#: The Pulumi projects of the checkout's ``stacks/`` (their ``Pulumi.yaml`` names): clusters an
+#: ops team runs with the pulumi CLI, listed beside the pools (``ls``, ``history``, gc).
+OPS_PROJECTS = ("skyward-local", "skyward-aws", "skyward-gcp")
 
 
 def stored_stacks(updates: state_files.Updates = False) -> list[StoredStack] | None:
@@ -36,6 +40,24 @@ def stored_stacks(updates: state_files.Updates = False) -> list[StoredStack] | N
     if url.startswith("s3://"):
         return state_s3.read_stacks(url, PROJECT, cache_file(url), updates=updates)
     return None
+
+
+def ops_clusters(updates: bool = False) -> list[StoredStack]:
+    """The stacks of ``stacks/``'s projects in the backend in force, named ``PROJECT/STACK``
+    (with their update histories when ``updates``); only where the backend is read directly
+    (file, S3): through the engine each project would cost engine starts of its own."""
+    found: list[StoredStack] = []
+    directory, url = home.file_backend(), home.backend_url()
+    for project in OPS_PROJECTS:
+        if directory is not None:
+            stacks = state_files.read_stacks(directory, project, updates)
+        elif url.startswith("s3://"):  # a cache of its own: each keeps only what it read
+            stacks = state_s3.read_stacks(url, project, cache_file(f"{url}#{project}"),
+                                          updates=updates)
+        else:
+            stacks = None
+        found += [replace(s, name=f"{project}/{s.name}") for s in stacks or ()]
+    return found
 
 
 def cache_file(url: str) -> Any:
