@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -21,6 +22,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.cli import main
 from skyward_iac.infra.engine import locate as engine
+from skyward_iac.infra.engine import state_s3
 from skyward_iac.infra.stacks import gc, home, records
 from skyward_iac.infra.stacks.stack import ClusterStack, workspace_for_listing
 from skyward_iac.infra.stacks.tags import skyward_tags
@@ -174,3 +176,34 @@ def test_the_engine_reads_the_copies_as_the_direct_reader_does(team: dict[str, A
     assert workspace.resource_count() == stored[copy].resource_count == 0
     listed = {s.name.rsplit("/", 1)[-1] for s in workspace_for_listing().list_stacks()}
     assert set(team["copies"]) <= listed
+
+
+def test_a_new_machine_reads_the_teams_shared_summaries(
+        team: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The team's first look reads every run but the checkpoint of a run the engine destroyed
+    (its history shows it empty) and shares what it read; a new machine's first look then
+    reads no run's objects, and lists the same."""
+    client, url = team["client"], os.environ["SKYWARD_BACKEND_URL"]
+    shared = state_s3.SHARED.format(project=records.PROJECT)
+    client.delete_object(Bucket=BUCKET, Key=shared)
+    read: list[str] = []
+
+    def reading(params: dict[str, Any], **_: Any) -> None:
+        read.append(params["Key"])
+
+    events = state_s3._client(state_s3.location(url)).meta.events
+    events.register("before-parameter-build.s3.GetObject", reading)
+    try:
+        monkeypatch.setenv("SKYWARD_HOME", str(tmp_path / "first"))
+        first, _ = run_cli(["history", "--json", "--limit", "500"])
+        assert f".pulumi/stacks/{records.PROJECT}/{team['template']}.pulumi-tags" in read
+        assert f".pulumi/stacks/{records.PROJECT}/{team['template']}.json" not in read
+        client.head_object(Bucket=BUCKET, Key=shared)
+        read.clear()
+        monkeypatch.setenv("SKYWARD_HOME", str(tmp_path / "new"))
+        again, _ = run_cli(["history", "--json", "--limit", "500"])
+    finally:
+        events.unregister("before-parameter-build.s3.GetObject", reading)
+    assert shared in read
+    assert not [key for key in read if key.startswith((".pulumi/stacks/", ".pulumi/history/"))]
+    assert again == first
