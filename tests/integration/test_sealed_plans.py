@@ -31,7 +31,8 @@ def skyward_iac(cwd: Path, *args: str, env: dict[str, str] | None = None
     """``skyward-iac ARGS`` run from ``cwd`` in a process of its own."""
     return subprocess.run([sys.executable, "-m", "skyward_iac.cli", *args], cwd=cwd,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                          check=False)
 
 
 def make_plan(cwd: Path, out: str, *flags: str) -> dict[str, Any]:
@@ -78,6 +79,33 @@ def test_every_path_argument_relative_or_absolute_from_another_directory(tmp_pat
                           env={"SKYWARD_POLICY": "team.toml"})
     assert refused.returncode == 1 and str(work / "team.toml") in refused.stderr, refused.stderr
     assert stacks() == before and not (work / "p.json").exists()
+
+
+def test_a_relative_home_and_engine_root_name_the_same_directories_from_anywhere(
+        tmp_path: Path) -> None:
+    """SKYWARD_HOME and SKYWARD_PULUMI_ROOT typed relative to the caller's directory: the plan
+    (whose engine runs in the home's workspace) and a later look from elsewhere use them."""
+    from skyward_iac.infra.engine import locate as engine
+
+    work, other = tmp_path / "work", tmp_path / "other" / "deeper"
+    work.mkdir()
+    other.mkdir(parents=True)
+    root = engine.find_engine().root
+
+    def env(cwd: Path) -> dict[str, str]:
+        return {"SKYWARD_HOME": os.path.relpath(tmp_path / "home", cwd),
+                "SKYWARD_PULUMI_ROOT": os.path.relpath(root, cwd),
+                "SKYWARD_BACKEND_URL": "", "SKYWARD_SECRETS_PROVIDER": ""}
+
+    done = skyward_iac(work, "plan", "--provider", "local", "--ttl", "60", "--out", "p.json",
+                       env=env(work))
+    assert done.returncode == 0, done.stderr
+    stack = json.loads((work / "p.json").read_text())["stack"]
+    assert list((tmp_path / "home").rglob(f"{stack}.json")), "not in the relative home's state"
+    assert not (work / "home").exists() and not list(work.rglob("Pulumi.*.yaml"))
+    shown = skyward_iac(other, "show", stack, "--json", env=env(other))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["resources"] == 0  # planned, nothing created
 
 
 @pytest.mark.parametrize("out", ["missing/plan.json", ".", "x" * 300 + ".json"])
@@ -132,10 +160,10 @@ def test_an_edited_plan_is_refused_before_anything_runs_and_the_plan_applies_onc
         # Applied once, even while its pool is warm for adoption.
         again = skyward_iac(tmp_path, "apply", "plan.json", "--approved", digest)
         assert again.returncode == 1 and "was applied already" in again.stderr, again.stderr
-        with pytest.raises(sky.ConfigError, match="was applied already"):
-            with sky.Compute(provider=sky.Local(), ttl=60, options=sky.Options(
+        with pytest.raises(sky.ConfigError, match="was applied already"), sky.Compute(
+                provider=sky.Local(), ttl=60, options=sky.Options(
                     plan=str(tmp_path / "plan.json"), tags={"team": "ml"}, console=False)):
-                pass
+            pass
         history = ClusterStack.select(stack).history()
         assert [u.kind for u in history].count("update") == 1
         assert digest in (history[-1].message or "")  # the update names the plan it ran
