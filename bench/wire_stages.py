@@ -1,7 +1,8 @@
 """Where a large argument's time goes without SSH: the wire protocol's frames over one
-loopback TCP hop, the agent's store-and-forward relay (TCP in, socket pair out to a worker),
-and bare TCP (one ``sendall`` into one ``recv_into``) beside them, interleaved in one process
-so the machine's load hits all three alike. MB/s (MB = 2**20 bytes), median of ``--rounds``.
+loopback TCP hop, the agent's relay (TCP in, socket pair out to a worker; the agent in a
+process of its own, cut-through as it is now and store-and-forward as it was) and bare TCP
+(one ``sendall`` into one ``recv_into``) beside them, interleaved so the machine's load hits
+them alike. MB/s (MB = 2**20 bytes), median of ``--rounds``.
 
     .venv/bin/python bench/wire_stages.py [--megabytes 100] [--rounds 5]
 """
@@ -9,6 +10,7 @@ so the machine's load hits all three alike. MB/s (MB = 2**20 bytes), median of `
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import socket
 import statistics
 import threading
@@ -17,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from skyward_iac.node import protocol
+from skyward_iac.node import protocol, relay
 from skyward_iac.node.messages import Task
 
 
@@ -60,23 +62,38 @@ def framed(task: Task) -> float:
                       lambda: protocol.Channel(server).receive())
 
 
-def relayed(task: Task) -> float:
-    """Client -> agent (TCP) -> worker (socket pair), as a task travels on a Local node."""
+def relayed(task: Task, cut_through: bool) -> float:
+    """Client -> agent (TCP) -> worker (socket pair), as a task travels on a Local node, the
+    agent in a process of its own: its relay as it is (``cut_through``: buffers forwarded as
+    they arrive, node/relay.py) or store-and-forward (the whole frame read, then sent on)."""
     client, agent_in = _tcp_pair()
     agent_out, worker = socket.socketpair()
-
-    def agent() -> None:
-        protocol.Channel(agent_out).send_many(protocol.Channel(agent_in).receive())
-
-    forwarder = threading.Thread(target=agent)
+    forwarder = multiprocessing.get_context("fork").Process(
+        target=_agent, args=(agent_in, agent_out, cut_through, (client, worker)))
     forwarder.start()
+    agent_in.close()
+    agent_out.close()
     try:
         return _timed(lambda: protocol.Channel(client).send(task),
                       lambda: protocol.Channel(worker).receive())
     finally:
+        client.close()
         forwarder.join()
-        for sock in (client, agent_in, agent_out, worker):
-            sock.close()
+        worker.close()
+
+
+def _agent(agent_in: socket.socket, agent_out: socket.socket, cut_through: bool,
+           others: tuple[socket.socket, ...]) -> None:
+    for sock in others:  # the forked copies, so the client's close reaches this process
+        sock.close()
+    inbound, outbound = protocol.Channel(agent_in), protocol.Channel(agent_out)
+    if not cut_through:
+        outbound.send_many(inbound.receive())
+        return
+    try:
+        relay.serve(inbound, outbound.send_many)
+    except protocol.ConnectionClosed:
+        pass
 
 
 def main() -> None:
@@ -90,7 +107,8 @@ def main() -> None:
     stages: dict[str, Callable[[], float]] = {
         "bare TCP, one hop": lambda: bare(data),
         "frames, one TCP hop": lambda: framed(task),
-        "frames, relayed (TCP + socket pair)": lambda: relayed(task),
+        "relay, store-and-forward": lambda: relayed(task, cut_through=False),
+        "relay, cut-through (the agent's)": lambda: relayed(task, cut_through=True),
     }
     rates: dict[str, list[float]] = {name: [] for name in stages}
     for _ in range(args.rounds):

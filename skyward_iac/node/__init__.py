@@ -49,6 +49,7 @@ IMPORTS = frozenset({
     "skyward_iac.node.etcd_server", "skyward_iac.node.facts", "skyward_iac.node.messages",
     "skyward_iac.node.lifeline", "skyward_iac.node.plugin_hooks", "skyward_iac.node.task_output",
     "skyward_iac.node.preemption", "skyward_iac.node.protocol", "skyward_iac.node.refusals",
-    "skyward_iac.node.sampler", "skyward_iac.node.slots", "skyward_iac.node.watchdog",
+    "skyward_iac.node.relay", "skyward_iac.node.sampler", "skyward_iac.node.slots",
+    "skyward_iac.node.watchdog",
     "skyward_iac.node.worker",
 })

@@ -30,10 +30,11 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from skyward_iac.api import metrics
-from skyward_iac.node import protocol
+from skyward_iac.node import protocol, relay
 from skyward_iac.node.messages import (
     Cancel,
     Configure,
@@ -63,22 +64,26 @@ class Connection:
         self.channel.send(message)
 
     def serve(self) -> None:
-        """Handle the client's frames until it disconnects."""
-        while True:
-            tasks: list[Task] = []
-            for message in self.channel.receive():
-                if isinstance(message, Task):
-                    tasks.append(message)
-                    continue
-                if tasks:  # keep the client's order: tasks before a later cancel or configure
-                    self.slots.submit_many(tasks, self.channel)
-                    tasks = []
-                if isinstance(message, Cancel):
-                    self.slots.cancel(message.task_id)
-                elif isinstance(message, Configure):
-                    self.slots.configure(message)
-            if tasks:
+        """Handle the client's frames until it disconnects; a large argument's buffers are
+        forwarded to its worker as they arrive (node/relay.py)."""
+        relay.serve(self.channel, self.dispatch)
+
+    def dispatch(self, messages: Sequence[object]) -> None:
+        """One frame's messages, in the client's order."""
+        tasks: list[Task] = []
+        for message in messages:
+            if isinstance(message, Task):
+                tasks.append(message)
+                continue
+            if tasks:  # keep the client's order: tasks before a later cancel or configure
                 self.slots.submit_many(tasks, self.channel)
+                tasks = []
+            if isinstance(message, Cancel):
+                self.slots.cancel(message.task_id)
+            elif isinstance(message, Configure):
+                self.slots.configure(message)
+        if tasks:
+            self.slots.submit_many(tasks, self.channel)
 
 
 class Listeners:

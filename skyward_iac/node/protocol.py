@@ -167,7 +167,13 @@ def send(stream: ByteStream, frames: list[Any]) -> None:
         if small:
             stream.sendall(b"".join(small))
             small = []
-        stream.sendall(piece if isinstance(piece, memoryview) else memoryview(piece))
+        view = piece if isinstance(piece, memoryview) else memoryview(piece)
+        # A buffer still arriving (node/relay.py) is forwarded as its bytes come.
+        forward = getattr(view.obj, "forward_arriving", None)
+        if forward is not None:
+            forward(stream, view)
+        else:
+            stream.sendall(view)
     if small:
         stream.sendall(b"".join(small))
 
@@ -195,6 +201,15 @@ def recv_buffer(stream: ByteStream, size: int) -> bytearray | mmap.mmap:
         buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
     else:
         buffer = bytearray(size)
+    fill(stream, buffer)
+    return buffer
+
+
+def fill(stream: ByteStream, buffer: bytearray | mmap.mmap,
+         progress: Callable[[int], None] | None = None) -> None:
+    """Read ``len(buffer)`` bytes into ``buffer``, telling ``progress`` how many have arrived
+    after each read; ``ConnectionClosed`` if the stream ends first."""
+    size = len(buffer)
     view, got = memoryview(buffer), 0
     recv_into: Callable[[memoryview, int], int] | None = getattr(stream, "recv_into", None)
     try:
@@ -208,9 +223,10 @@ def recv_buffer(stream: ByteStream, size: int) -> bytearray | mmap.mmap:
             if not n:
                 raise ConnectionClosed("connection closed by peer")
             got += n
+            if progress is not None:
+                progress(got)
     finally:
         view.release()  # an mmap with an exported view cannot be freed
-    return buffer
 
 
 def decompress(payload: Any) -> bytes:
@@ -247,9 +263,9 @@ def read_token(stream: ByteStream, limit: int = MAX_TOKEN_FRAME) -> bytes:
     return bytes(recv_exact(stream, size))
 
 
-def read_frame_with_buffers(stream: ByteStream) -> tuple[int, Any, list[Any]]:
-    """The next frame's kind (RAW, PICKLED or COMPRESSED), payload (decompressed) and
-    out-of-band buffers."""
+def read_frame_head(stream: ByteStream) -> tuple[int, Any, list[int]]:
+    """The next frame up to its out-of-band buffers: its kind (RAW, PICKLED or COMPRESSED),
+    its payload (decompressed) and the sizes of the buffers that follow (checked, unread)."""
     size, flags = HEADER.unpack(recv_exact(stream, HEADER.size))
     kind = flags & _KIND
     if kind not in (RAW, PICKLED, COMPRESSED) or flags & ~(_KIND | BUFFERS):
@@ -259,16 +275,21 @@ def read_frame_with_buffers(stream: ByteStream) -> tuple[int, Any, list[Any]]:
     payload = recv_exact(stream, size)
     if kind == COMPRESSED:
         payload = decompress(payload)
-    buffers: list[Any] = []
+    sizes: list[int] = []
     if flags & BUFFERS:
         (count,) = COUNT.unpack(recv_exact(stream, COUNT.size))
         if count > MAX_BUFFERS:
             raise ProtocolError(f"a frame announces {count} buffers (at most {MAX_BUFFERS})")
         table = recv_exact(stream, SIZE.size * count)
-        for i in range(count):
-            (length,) = SIZE.unpack_from(table, i * SIZE.size)
-            buffers.append(recv_buffer(stream, length))
-    return kind, payload, buffers
+        sizes = [SIZE.unpack_from(table, i * SIZE.size)[0] for i in range(count)]
+    return kind, payload, sizes
+
+
+def read_frame_with_buffers(stream: ByteStream) -> tuple[int, Any, list[Any]]:
+    """The next frame's kind (RAW, PICKLED or COMPRESSED), payload (decompressed) and
+    out-of-band buffers."""
+    kind, payload, sizes = read_frame_head(stream)
+    return kind, payload, [recv_buffer(stream, length) for length in sizes]
 
 
 def read_message(stream: ByteStream) -> Any:

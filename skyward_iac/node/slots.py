@@ -37,7 +37,7 @@ from typing import Any, Protocol, cast
 from skyward_iac.api.errors import PluginError, WorkerCrashedError
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.node import command as node_command
-from skyward_iac.node import protocol
+from skyward_iac.node import protocol, relay
 from skyward_iac.node.facts import network_facts
 from skyward_iac.node.messages import Cancel, Configure, Output, Result, Started, Task
 from skyward_iac.node.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
@@ -276,6 +276,9 @@ class Slots:
             batch: list[Task] = []
             while self.queue and worker.has_room():
                 task, _ = self.queue.popleft()
+                if relay.lost(task.buffers):  # its client left before sending all of it
+                    self.routes.pop(task.task_id, None)
+                    continue
                 # The worker takes its tasks in the order sent: the sequence number tells, after
                 # a crash, whether its counter had reached this task.
                 worker.running[task.task_id] = (worker.accepted, task)
@@ -288,11 +291,29 @@ class Slots:
                 continue
             try:
                 worker.channel.send_many(batch)
+            except relay.SourceLost:
+                self._abort_relay(worker, batch)
             except OSError:
                 for task in reversed(batch):
                     del worker.running[task.task_id]
                     self.queue.appendleft((task, self.routes[task.task_id]))
                 worker.accepted -= len(batch)
+
+    def _abort_relay(self, worker: WorkerProcess, batch: list[Task]) -> None:
+        """A client left while its argument was being forwarded to ``worker``, which now holds
+        half a frame: stop it (its tasks fail or move on as after any crash), drop the tasks
+        that can never be whole, and queue the others again."""
+        log.warning("a client left mid-argument; stopping worker %d, which got part of it",
+                    worker.index)
+        worker.kill()
+        for task in reversed(batch):
+            del worker.running[task.task_id]
+            route = self.routes.get(task.task_id)
+            if relay.lost(task.buffers):
+                self.routes.pop(task.task_id, None)
+            elif route is not None:
+                self.queue.appendleft((task, route))
+        worker.accepted -= len(batch)
 
     def _on_messages(self, worker: WorkerProcess, messages: Sequence[Any]) -> None:
         deliveries: list[tuple[Route, Any]] = []
