@@ -1,8 +1,9 @@
 """What GCP nodes run as (programs/gcp_identity.py): the stack's own account with one
 permission, a given account, none at all, and the fallback when GCP refuses to create it.
 
-The refusals are the provider's own error texts: terraform-provider-google-beta v7.45.0 (the
-version pulumi-gcp bridges, docs/providers.md) wraps the IAM API's error as
+The refusals are the provider's own error texts: terraform-provider-google-beta v7.45.0 (what
+pulumi-gcp 9.x bridges; 10.x bridges 8.x, these files unchanged up to the snapshot read,
+docs/providers.md) wraps the IAM API's error as
 ``Error creating service account: %s`` (resource_google_service_account.go),
 ``Error creating the custom project role %s: %v`` (resource_google_project_iam_custom_role.go)
 and ``Error applying IAM policy for %s: ...`` (tpgiamresource/iam.go), each around a
