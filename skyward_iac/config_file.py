@@ -32,12 +32,12 @@ from pydantic import ValidationError
 from skyward_iac.api import accelerators
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.providers import AWS, GCP, Local
+from skyward_iac.api.providers import AWS, GCP, PROVIDER_CLASSES, Local
 from skyward_iac.api.spec import Spec
 
 PROJECT_FILE = "skyward.toml"
 DEFAULTS_FILE = "defaults.toml"
-PROVIDERS: dict[str, type[Local | AWS | GCP]] = {"local": Local, "aws": AWS, "gcp": GCP}
+PROVIDERS = PROVIDER_CLASSES  # each provider spec class by its kind (api/providers.py)
 ACCELERATOR_KEYS = ("name", "count", "memory", "form_factor")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from skyward_iac.api import accelerators
 from skyward_iac.api.accelerators import Accelerator
 from skyward_iac.api.errors import ConfigError
-from skyward_iac.api.providers import AWS, GCP, Local
+from skyward_iac.api.providers import PROVIDER_CLASSES
 from skyward_iac.api.spec import Spec, validated
 from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.capacity.offers import Offer
@@ -27,7 +27,7 @@ from skyward_iac.infra.clouds import cloud
 from skyward_iac.infra.programs import ClusterRequest
 
 NAMESPACE = "skyward"
-PROVIDERS = ("local", "aws", "gcp")
+PROVIDERS = tuple(PROVIDER_CLASSES)  # "local", "aws", "gcp"
 
 #: Stack config key -> ``Spec`` field.
 SPEC_KEYS = {
@@ -49,8 +49,6 @@ PROVIDER_KEYS: dict[str, dict[str, str]] = {
     "gcp": {"sshCidr": "ssh_cidr", "project": "project", "zone": "zone",
             "containerImage": "container_image", "serviceAccount": "service_account"},
 }
-PROVIDER_CLASSES: dict[str, type[Local | AWS | GCP]] = {
-    "local": Local, "aws": AWS, "gcp": GCP}
 #: Keys that shape a cloud stack rather than the spec (see ``cluster_request``).
 REQUEST_KEYS = ("instanceType", "market", "maxLifetime", "createdAt")
 
