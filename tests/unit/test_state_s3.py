@@ -270,7 +270,7 @@ def test_shared_summaries_that_are_not_a_cache_are_ignored(
 
 def test_a_history_that_ends_in_a_destroy_spares_the_checkpoint(s3: Any, tmp_path: Path) -> None:
     """A stack whose checkpoint is the copy its destroy left is empty without reading it; one
-    written since (another ETag) is read."""
+    written since (another ETag), or left by a destroy that spared resources, is read."""
     layout(s3)
     for name in ("local-ana-1", "local-ana-2"):
         record_run(s3, name, live=False)
@@ -279,6 +279,16 @@ def test_a_history_that_ends_in_a_destroy_spares_the_checkpoint(s3: Any, tmp_pat
     # local-ana-2 was written since its destroy: a resource the history does not know of.
     put(s3, ".pulumi/stacks/skyward/local-ana-2.json", {"version": 3, "checkpoint": {
         "latest": {"resources": [{"type": "pulumi-python:dynamic:Resource"}]}}})
+    # local-ana-3's destroy was targeted (`pulumi destroy --target`): it spared resources.
+    record_run(s3, "local-ana-3", live=False)
+    history = ".pulumi/history/skyward/local-ana-3/local-ana-3-200"
+    put(s3, f"{history}.history.json.gz", {
+        "kind": "destroy", "result": "succeeded", "message": "partial",
+        "startTime": 1_700_003_600, "endTime": 1_700_003_660,
+        "environment": {"pulumi.flag.target": "set"}, "resourceChanges": {"delete": 1}},
+        zipped=True)
+    put(s3, f"{history}.checkpoint.json.gz", {"version": 3, "checkpoint": {"latest": {}}})
+    put(s3, ".pulumi/stacks/skyward/local-ana-3.json", {"version": 3, "checkpoint": {"latest": {}}})
     url = f"s3://{BUCKET}"
     state_s3.read_stacks(url, "skyward", None)  # the client exists: count from here
     read: list[str] = []
@@ -290,3 +300,4 @@ def test_a_history_that_ends_in_a_destroy_spares_the_checkpoint(s3: Any, tmp_pat
     assert stacks["local-ana-2"].resource_count == 1
     assert ".pulumi/stacks/skyward/local-ana-1.json" not in read
     assert ".pulumi/stacks/skyward/local-ana-2.json" in read
+    assert ".pulumi/stacks/skyward/local-ana-3.json" in read

@@ -88,20 +88,32 @@ def copy_of(record: str) -> str:
     return f"{head}.checkpoint.json{tail}"
 
 
-def emptied(newest: StoredUpdate, checkpoint_etag: str, copy_etag: str | None) -> bool:
-    """Whether a stack holds no resource, known from its history alone: its newest update is
-    a destroy that succeeded and its checkpoint is byte for byte that update's copy (the same
-    ETag, an MD5 of the bytes: nothing was written since; any doubt reads the checkpoint)."""
-    return newest.kind == "destroy" and newest.result == "succeeded" \
-        and bool(copy_etag) and copy_etag == checkpoint_etag
+#: Flags of an update that leave resources behind it (``pulumi destroy --target``,
+#: ``--exclude``, ``--exclude-protected``): the engine records each flag set in the update's
+#: ``environment`` as ``pulumi.flag.<name>``.
+PARTIAL_FLAGS = ("pulumi.flag.target", "pulumi.flag.exclude")
+
+
+def emptied(newest: Mapping[str, Any], checkpoint_etag: str, copy_etag: str | None) -> bool:
+    """Whether a stack holds no resource, known from its history alone: its newest update
+    (``update_record``'s form) is a destroy of the whole stack that succeeded, and its
+    checkpoint is byte for byte that update's copy (the same ETag, an MD5 of the bytes: nothing
+    was written since). Any doubt, or a record cached before ``whole`` was kept, reads the
+    checkpoint."""
+    return newest.get("kind") == "destroy" and newest.get("result") == "succeeded" \
+        and newest.get("whole") is True and bool(copy_etag) and copy_etag == checkpoint_etag
 
 
 def update_record(info: Any) -> dict[str, Any]:
-    """The cached form of a history record (what ``StoredUpdate`` keeps, as plain JSON)."""
+    """The cached form of a history record (what ``StoredUpdate`` keeps, as plain JSON, and
+    ``whole``: whether it changed only by deleting, with no flag that spares resources)."""
     update = stored_update(info)
+    flags = [key for key in info.get("environment") or {} if key.startswith(PARTIAL_FLAGS)]
+    changes = {kind for kind, count in (info.get("resourceChanges") or {}).items() if count}
     return {"kind": update.kind, "result": update.result, "message": update.message,
             "start": update.start_time.timestamp(),
-            "end": update.end_time.timestamp() if update.end_time else None}
+            "end": update.end_time.timestamp() if update.end_time else None,
+            "whole": not flags and changes <= {"delete"}}
 
 
 def from_record(record: Mapping[str, Any]) -> StoredUpdate:

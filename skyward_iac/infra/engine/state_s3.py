@@ -312,12 +312,11 @@ class Reader:
 
     def _read_updates(self, stack: _Stack, keys: dict[str, str]) -> str | None:
         """The stack's update history, newest first; its name when that history shows it
-        empty (``_emptied``), its count then known without reading its checkpoint."""
-        records = sorted(((from_record(self.summary(
-            key, etag, lambda data: update_record(parse(data)))), key)
-            for key, etag in keys.items() if key.endswith(RECORDS)),
-            key=lambda pair: pair[0].start_time, reverse=True)
-        stack.updates = tuple(update for update, _ in records)
+        empty (``emptied``), its count then known without reading its checkpoint."""
+        records = sorted(((self.summary(key, etag, lambda data: update_record(parse(data))),
+                           key) for key, etag in keys.items() if key.endswith(RECORDS)),
+                         key=lambda pair: pair[0]["start"], reverse=True)
+        stack.updates = tuple(from_record(record) for record, _ in records)
         assert stack.checkpoint is not None
         if not records or not emptied(records[0][0], stack.checkpoint[1],
                                       keys.get(copy_of(records[0][1]))):
