@@ -9,6 +9,8 @@ import threading
 import time
 from types import TracebackType
 
+from pyetcd.events import DeleteEvent
+
 from skyward_iac.api.errors import CollectionError
 from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.session import LeaseSession
@@ -25,9 +27,12 @@ class Lock(Collection):
     """A mutex: ``acquire()``, ``release()``, ``with lock:`` (and ``async with``).
 
     etcd's own recipe: every contender puts a key under the lock's prefix, attached to its
-    process's lease; the key with the oldest create revision holds the lock, and each waiter
-    watches only the key just ahead of it (no thundering herd, first come first served). A
-    holder that dies stops refreshing its lease, etcd deletes its key after the lease TTL, and
+    process's lease; the key with the oldest create revision holds the lock (first come first
+    served). A waiter keeps one watch on the prefix, opened at its claim's revision, and
+    crosses off the claims ahead of it as their deletes arrive, with no listing per wake-up
+    (etcd's recipe watches only the key just ahead and lists again after each delete; here
+    every waiter is sent the lock's changes instead, which costs no round trip). A holder that
+    dies stops refreshing its lease, etcd deletes its key after the lease TTL, and
     the next waiter proceeds. Not reentrant.
 
     A claim's key is ``<lease>-<slot>``, the slot reused once its claim is deleted (see
@@ -52,44 +57,59 @@ class Lock(Collection):
         """
         limit = self.timeout if timeout is None else check_timeout(timeout, "acquire(timeout)")
         deadline = time.monotonic() + limit
-        client = self._store.client
         lease, slot = self._session.lease_id(), slots_of(self._store).take()
         key = self._store.key(f"{lease:x}-{slot}")
         owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}".encode()
-        # The claim and the first look at the contenders are one round trip. (If it fails the
-        # claim may still have landed: the slot is never handed out again.)
+        # The claim and the look at the contenders are one round trip. (If it fails the claim
+        # may still have landed: the slot is never handed out again.)
         mine, contenders = self._store.write_and_list(key, owner, lease=lease)
-        listed_at = mine
         try:
-            while True:
-                ahead = [kv.key.decode() for kv in contenders.kvs if kv.create_revision < mine]
-                if not any(kv.key.decode() == key for kv in contenders.kvs):
-                    raise CollectionError(
-                        f"lock {self.name!r}: our claim vanished while waiting (this process's "
-                        "etcd lease expired, e.g. after a long pause or partition); retry"
-                    )
-                if not ahead:
-                    with self._mutex:
-                        self._held = key
-                    with _claims_lock:
-                        _claims[(self._store.prefix, threading.get_ident())] = key
-                    return True
+            listed = {kv.key.decode() for kv in contenders.kvs}
+            if key not in listed:
+                raise self._vanished()
+            # Claims made later are younger than ours: the set ahead can only shrink.
+            ahead = {kv.key.decode() for kv in contenders.kvs if kv.create_revision < mine}
+            if ahead:
+                self._wait_out(key, ahead, mine, deadline, limit)
+            with self._mutex:
+                self._held = key
+            with _claims_lock:
+                _claims[(self._store.prefix, threading.get_ident())] = key
+            return True
+        except BaseException:
+            # Withdraw, or the next waiter waits for us until our lease ends with the process.
+            with contextlib.suppress(CollectionError):
+                self._delete(key)
+            raise
+
+    def _wait_out(self, key: str, ahead: set[str], listed_at: int, deadline: float,
+                  limit: float) -> None:
+        """Waits until every claim in ``ahead`` is deleted, on one watch of the lock's prefix
+        opened at the listing's revision: deletions are read as they come, with no listing
+        after each (a released, withdrawn or expired claim is a delete event), and nothing
+        between the listing and the watch is missed. Raises if our own claim is deleted."""
+        with self._store.client.changes(self._store.prefix, prefix=True,
+                                        start_revision=listed_at + 1) as changes:
+            while ahead:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(
                         f"lock {self.name!r} is still held by another task after {limit:g}s; "
                         "pass a larger timeout to sky.lock(...) or acquire(timeout=...)"
                     )
-                client.wait_for_change(ahead[-1], prefix=False, timeout=remaining,
-                                       start_revision=listed_at + 1)
-                contenders = client.range(self._store.prefix, prefix=True, keys_only=True,
-                                          oldest_first=True)
-                listed_at = int(contenders.header.revision)
-        except BaseException:
-            # Withdraw, or the next waiter waits for us until our lease ends with the process.
-            with contextlib.suppress(CollectionError):
-                self._delete(key)
-            raise
+                for event in changes.next(remaining) or ():
+                    if not isinstance(event, DeleteEvent):
+                        continue  # a younger claim (a reused key comes back younger too)
+                    gone = event.key.decode()
+                    if gone == key:
+                        raise self._vanished()
+                    ahead.discard(gone)
+
+    def _vanished(self) -> CollectionError:
+        return CollectionError(
+            f"lock {self.name!r}: our claim vanished while waiting (this process's etcd lease "
+            "expired, e.g. after a long pause or partition); retry"
+        )
 
     def release(self) -> None:
         """Releases the lock held through this proxy, or through another proxy of the same lock

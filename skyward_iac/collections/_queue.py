@@ -10,6 +10,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyetcd.events import PutEvent
+
 from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.client import (
     RangeOptions,
@@ -113,17 +115,30 @@ class Queue(Collection):
         if timeout is not None:
             timeout = check_timeout(timeout, f"queue {self.name!r} get(timeout)", zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._listing.lock:
-                value, empty_at = self._next()
-            if value is not None:
-                return decode_value(value)
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            # Wait for any change after the read that found the queue empty (none is missed).
-            self._store.client.wait_for_change(self._store.prefix, prefix=True,
-                                               start_revision=empty_at + 1, timeout=remaining)
+        with self._listing.lock:
+            value, empty_at = self._next()
+        if value is not None:
+            return decode_value(value)
+        if timeout == 0:
+            return None
+        # One watch for the whole wait, opened at the read that found the queue empty (nothing
+        # is missed): a claim that loses the race to another consumer waits on, without a new
+        # watch. Only a put can end the wait; others' claims are not worth a try.
+        with self._store.client.changes(self._store.prefix, prefix=True,
+                                        start_revision=empty_at + 1) as changes:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                events = changes.next(remaining)
+                if events is None:
+                    return None
+                if not any(isinstance(event, PutEvent) for event in events):
+                    continue
+                with self._listing.lock:
+                    value, _ = self._next()
+                if value is not None:
+                    return decode_value(value)
 
     def _next(self) -> tuple[bytes | None, int]:
         """Claims the oldest item (see the class doc for which one a claim names): its value,

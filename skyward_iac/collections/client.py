@@ -176,17 +176,21 @@ class EtcdClient:
         Returns False when ``timeout`` passes first. Passing the revision of the read that
         decided to wait closes the gap between that read and the watch: nothing is missed.
         """
-        changes: queue.Queue[WatchResponse | Exception] = queue.Queue()
+        with self.changes(key, prefix=prefix, start_revision=start_revision) as changes:
+            return changes.next(timeout) is not None
+
+    @contextmanager
+    def changes(self, key: str, *, prefix: bool, start_revision: int) -> Iterator[Changes]:
+        """A watch kept open for the block: every change of ``key`` (or under it) from
+        ``start_revision`` on, in etcd's order, read with :meth:`Changes.next`. One round trip
+        opens it, however many changes a waiter then reads (cancelling sends, waits for nothing).
+        """
+        changes = Changes(key, self._translate)
         watch_id = self.watch(key, changes.put, prefix=prefix, start_revision=start_revision)
         try:
-            item = changes.get(timeout=timeout)
-        except queue.Empty:
-            return False
+            yield changes
         finally:
             self.cancel_watch(watch_id)
-        if isinstance(item, Exception):
-            raise self._translate(item, "watch", key)
-        return True
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -262,6 +266,31 @@ class EtcdClient:
             return CollectionError(f"cannot {action} {key!r}: etcd said {code.name}: {details}")
         reason = str(exc) or type(exc).__name__
         return CollectionError(f"cannot {action} {key!r} on etcd at {where}: {reason}")
+
+
+class Changes:
+    """The changes one open watch delivered and nobody has read yet (see ``EtcdClient.changes``)."""
+
+    def __init__(self, key: str,
+                 translate: Callable[[BaseException, str, str], CollectionError]) -> None:
+        self._key = key
+        self._translate = translate
+        self._queue: queue.Queue[WatchResponse | Exception] = queue.Queue()
+
+    def put(self, item: WatchResponse | Exception) -> None:
+        """The watch's callback (pyetcd's watch thread)."""
+        self._queue.put(item)
+
+    def next(self, timeout: float | None) -> list[Any] | None:
+        """The next batch of events (pyetcd ``PutEvent``/``DeleteEvent``, oldest first), or None
+        when ``timeout`` passes first; CollectionError when the watch broke."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, Exception):
+            raise self._translate(item, "watch", self._key)
+        return list(item.events)
 
 
 # -- transaction parts -------------------------------------------------------------------------

@@ -140,6 +140,22 @@ def queue_client(backend: Backend, name: str, client: str, seed: int, start_at: 
     return record.ops
 
 
+def waiting_queue_client(backend: Backend, name: str, client: str, seed: int,
+                         start_at: int) -> list[Op]:
+    """More gets than puts, each waiting a moment: gets wait on their watch for the puts of
+    others, and race each other for them."""
+    rng, record = random.Random(seed), Recorder(client)
+    queue = backend.queue(name)
+    _wait_until(start_at)
+    for _ in range(OPS):
+        if rng.random() < 0.4:
+            item = (client, rng.random())
+            record.run("put", item, queue.put, item)
+        else:
+            record.run("get", None, queue.get, 0.05)
+    return record.ops
+
+
 def dict_client(backend: Backend, name: str, client: str, seed: int, start_at: int) -> list[Op]:
     rng, record = random.Random(seed), Recorder(client)
     shared = backend.dict(name, consistency="strong")
@@ -275,6 +291,18 @@ def test_queue_history_is_linearizable(config: BackendConfig,
     # An item delivered a second time, after everything: exactly-once broken.
     delivered = next(op.result for op in gets if op.result is not None)
     assert not check(QUEUE, [*history, at_end(history, "get", None, delivered)])
+
+
+def test_queue_history_with_waiting_gets_is_linearizable(
+    config: BackendConfig, processes: ProcessPoolExecutor,
+) -> None:
+    history = run_clients(waiting_queue_client, config, processes, "lin-queue-wait", seed=5)
+    gets = [op for op in history if op.name == "get"]
+    assert any(op.result is not None for op in gets) and any(op.result is None for op in gets)
+    assert check(QUEUE, history)
+    # A put after everything, then a get that times out empty-handed: a missed wake-up.
+    late = at_end(history, "put", ("late", 0.0), None)
+    assert not check(QUEUE, [*history, late, at_end([late], "get", None, None)])
 
 
 def test_strong_dict_history_is_linearizable(config: BackendConfig,
