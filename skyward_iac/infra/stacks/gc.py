@@ -16,7 +16,9 @@ whether its lease holds is ``owners.py``'s judgement, the one ``down`` and every
 use. Collection goes through the one destroy path (``destroy.py``): it clears what a crash
 leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``, destroys, and records
 ``gc: WHY`` as the reason. Running two collectors at once is safe: the second finds the stack
-locked and skips it.
+locked and skips it. Empty stacks (pruned past the retention, expired plans' stacks) are removed
+straight from a file or S3 backend without an engine start (``engine/state_removal.py``), a
+locked one skipped; through the engine's ``stack rm`` where that cannot be done.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from skyward_iac.api.deadlines import wall_passed
+from skyward_iac.infra.engine import state_removal
 from skyward_iac.infra.engine.provider_host import reap_orphans
 from skyward_iac.infra.engine.state_repair import repair as repair_state
 from skyward_iac.infra.programs.local_node import orphan_sandboxes, sandbox_dirs
@@ -42,6 +45,7 @@ from skyward_iac.infra.stacks.owners import (
     owner_state,
 )
 from skyward_iac.infra.stacks.planned import expired_plan_reason
+from skyward_iac.infra.stacks.records import PROJECT
 from skyward_iac.infra.stacks.stack import ClusterStack, list_records
 from skyward_iac.infra.stacks.tags import WARM_UNTIL, StackRecord
 from skyward_iac.processes import stop_sandbox
@@ -124,6 +128,7 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
                                   f"Local node sandbox {sandbox.name} had no stack"))
     records = list_records(only_live=retention_days is None)
     seen = look(records)
+    empties: list[Action] = []  # empty stacks to remove: all at once, after the loop
     for record in records:
         if wanted is not None and record.name not in wanted:
             continue
@@ -133,18 +138,41 @@ def collect(retention_days: float | None = None, dry_run: bool = False,
             actions.append(Action(record.name, "destroyed", reason) if dry_run
                            else _destroy(record, seen, reason))
         elif reason := expired_plan_reason(record, seen.now, seen.host):
-            if not dry_run:
-                ClusterStack.select(record.name).remove()
-            actions.append(Action(record.name, "removed", reason))
+            empties.append(Action(record.name, "removed", reason))
         elif retention_days is not None and (
             reason := prune_reason(record, seen.now, timedelta(days=retention_days))
         ):
-            if not dry_run:
-                ClusterStack.select(record.name).remove()
-            actions.append(Action(record.name, "pruned", reason))
+            empties.append(Action(record.name, "pruned", reason))
+    actions += empties if dry_run else remove_empty(empties)
     if not this_host_only:
         actions += ops_actions(wanted)
     return actions
+
+
+def remove_empty(empties: list[Action]) -> list[Action]:
+    """Remove the empty stacks of ``empties`` straight from the backend (no engine start,
+    ``state_removal``); a locked one, or one holding resources again, is skipped; one the
+    direct removal does not handle (another backend or layout, a request failing) goes
+    through the engine's ``stack rm``."""
+    outcomes = state_removal.remove_empty_stacks(home.backend_url(), PROJECT,
+                                                 [a.stack for a in empties])
+    done = []
+    for action in empties:
+        outcome = outcomes[action.stack]
+        if outcome == state_removal.BUSY:
+            done.append(Action(action.stack, "skipped", "locked: an update holds the stack"))
+            continue
+        if outcome == state_removal.NOT_EMPTY:
+            done.append(Action(action.stack, "skipped", "it holds resources (or a pending "
+                                                        "operation) again"))
+            continue
+        if outcome == state_removal.REMOVED:
+            # What `stack rm` deletes beside the backend's objects: the stack's settings.
+            (home.workspace_dir() / f"Pulumi.{action.stack}.yaml").unlink(missing_ok=True)
+        else:
+            ClusterStack.select(action.stack).remove()
+        done.append(action)
+    return done
 
 
 def ops_actions(wanted: set[str] | None = None) -> list[Action]:
