@@ -1,7 +1,9 @@
 """The worker agent: one persistent process per node that accepts the client's tasks.
 
-It listens on the node's loopback only (the client reaches it through an SSH direct-tcpip
-channel) and demands the per-stack token as the first frame, before it unpickles anything.
+It listens on the node's loopback (the client reaches it through an SSH direct-tcpip
+channel) and, with ``--data-bind``, on a data port with mutual TLS (node/data_port.py), where
+only the stack's certificate holders get as far as the token. On both it demands the per-stack
+token as the first frame, before it unpickles anything.
 Tasks run in worker subprocesses (``node/worker.py``) admitted by ``node/slots.py``, so a
 task that kills its process never takes the agent down.
 
@@ -9,6 +11,7 @@ The agent leads its own process group, which its workers (and the processes thei
 join, so one ``kill`` of the group fences the node (``remote/fence.py``); and its workers die
 with it, however it dies (see ``Slots``).
 Run as ``python -m skyward_iac.node agent --token-file F --port-file F [--concurrency N]
+[--data-bind ADDR --data-port-file F --tls-dir D]
 [--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
 [--metadata-url URL]] [--refusals-every SECONDS]``.
 
@@ -34,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from skyward_iac.api import metrics
-from skyward_iac.node import protocol, relay
+from skyward_iac.node import data_port, protocol, relay
 from skyward_iac.node.messages import (
     Cancel,
     Configure,
@@ -210,6 +213,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="the metadata server's base URL (default: the cloud's own)")
     parser.add_argument("--metrics", type=metrics.from_json, default=(),
                         help="metrics to sample and stream, as observability.metrics.to_json")
+    parser.add_argument("--data-bind", default=None,
+                        help="also listen here with mutual TLS (needs --tls-dir, --data-port-file)")
+    parser.add_argument("--data-port-file", type=Path, default=None)
+    parser.add_argument("--tls-dir", type=Path, default=None,
+                        help="ca.crt, server.crt, server.key of the stack's PKI")
     parser.add_argument("--refusals-every", type=float, default=SUMMARY_EVERY,
                         help="seconds between two log lines summing up refused connections")
     args = parser.parse_args(argv)
@@ -231,6 +239,15 @@ def main(argv: list[str] | None = None) -> None:
     refusals = RefusalLog(log, args.refusals_every)
     signal.signal(signal.SIGTERM, lambda *_: (refusals.flush(), slots.close_plugins(),
                                               os._exit(0)))
+    if args.data_bind:
+        if args.tls_dir is None or args.data_port_file is None:
+            parser.error("--data-bind needs --tls-dir and --data-port-file")
+        data = data_port.listen(
+            args.data_bind, data_port.server_context(args.tls_dir),
+            lambda sock: handle(sock, token, slots, refusals, listeners),
+            lambda peer: refusals.refused(f"{peer} (no valid client certificate)"))
+        write_atomically(args.data_port_file, str(data.getsockname()[1]))
+        log.info("data port (mutual TLS) on %s", data.getsockname())
     write_atomically(args.port_file, str(server.getsockname()[1]))
     log.info("agent of node %s listening on %s", args.node, server.getsockname())
     while True:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import pickle
+import socket
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -351,6 +352,12 @@ class Channel:
         return unbatch(read_message(self.stream))
 
     def close(self) -> None:
+        if isinstance(self.stream, socket.socket):
+            # close() alone leaves a recv blocked in another thread (and the connection) open.
+            try:
+                self.stream.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         close = getattr(self.stream, "close", None)
         if close is not None:
             close()

@@ -28,9 +28,9 @@ from skyward_iac.observability.events import (
 from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.remote import container as docker
-from skyward_iac.remote import ssh
+from skyward_iac.remote import data_port, ssh
 from skyward_iac.remote.agent_client import AgentClient, OnLost, Submission
-from skyward_iac.remote.bootstrap import BootstrapPlan, EtcdServerPlan
+from skyward_iac.remote.bootstrap import BootstrapPlan, DataPortPlan, EtcdServerPlan
 from skyward_iac.remote.bootstrap_progress import StepUpdate
 from skyward_iac.remote.bootstrap_run import bootstrap
 from skyward_iac.remote.includes import IncludesArchive, build_archive
@@ -92,6 +92,9 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
+        # Local nodes only for now: clouds' firewalls do not open the port yet.
+        data_port=DataPortPlan(address.private_address, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
+        if local and image_ref is None and etcd is not None else None,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
@@ -201,7 +204,8 @@ class Node:
     def _attached(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
                   connection: fabric.Connection, port: int, plan: BootstrapPlan,
                   instance: InstanceInfo, collections: Any) -> Node:
-        channel = ssh.open_tunnel(connection, port, launch.ssh_timeout)
+        channel = data_port.agent_stream(connection, address, port,
+                                         data_port.certificate_of(outputs), launch.ssh_timeout)
         agent = AgentClient(channel, outputs.agent_token, address.index, ids=launch.task_ids,
                             on_output=launch.on_output, on_lost=launch.on_lost)
         agent.on_metrics, agent.on_preemption = launch.on_metrics, launch.on_preemption

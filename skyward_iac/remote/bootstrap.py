@@ -48,6 +48,21 @@ class EtcdServerPlan:
     key_pem: str = field(repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class DataPortPlan:
+    """The agent's data port (node/data_port.py): the address it binds, the stack's CA and
+    the server pair it presents (etcd's, named ``skyward-etcd``; PEM)."""
+
+    bind: str
+    ca_pem: str = field(repr=False)
+    cert_pem: str = field(repr=False)
+    key_pem: str = field(repr=False)
+
+
+#: Where a node keeps the data port's TLS files and where its agent writes the port.
+DATA_PORT_TLS, DATA_PORT_FILE = "tls", "run/data.port"
+
+
 #: What ``Image.skyward_source`` resolves to: ship the client's package, or install it from PyPI.
 SkywardSource = Literal["local", "pypi"]
 
@@ -78,6 +93,8 @@ class BootstrapPlan:
     executor: str = "thread"
     fresh_processes: bool = False
     etcd: EtcdServerPlan | None = None
+    #: The agent's data port with mutual TLS, beside the SSH tunnel (None: the tunnel only).
+    data_port: DataPortPlan | None = None
     #: Bucket volumes to mount before the agent starts (its tasks see them).
     volumes: MountPlan = field(default_factory=MountPlan)
     #: Extra named shell steps (plugins' bootstrap ops): ``(name, command)``, run in order after
@@ -318,8 +335,11 @@ def _agent_lines(plan: BootstrapPlan) -> list[str]:
     flags = f"--metrics {shlex.quote(metrics.to_json(plan.metrics))} " if plan.metrics else ""
     if plan.preemption:
         flags += f"--preemption {shlex.quote(plan.preemption)} "
+    if plan.data_port:
+        flags += (f"--data-bind {shlex.quote(plan.data_port.bind)} "
+                  f'--tls-dir "$W/{DATA_PORT_TLS}" --data-port-file "$W/{DATA_PORT_FILE}" ')
     return [
-        'rm -f run/agent.port',
+        f'rm -f run/agent.port {DATA_PORT_FILE}',
         f'setsid {plan.volumes.agent_prefix} "$W/venv/bin/python" -m skyward_iac.node agent '
         '--token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '

@@ -20,6 +20,7 @@ from invoke.exceptions import CommandTimedOut
 
 from skyward_iac.api.errors import BootstrapError
 from skyward_iac.remote.bootstrap import (
+    DATA_PORT_TLS,
     ETCD_CERTS,
     NODE_SCRIPT,
     BootstrapPlan,
@@ -111,6 +112,12 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str,
             for name, pem in (("ca.crt", plan.etcd.ca_pem), ("server.crt", plan.etcd.cert_pem),
                               ("server.key", plan.etcd.key_pem)):
                 _put(sftp, f"{workdir}/{ETCD_CERTS}/{name}", pem.encode(), 0o600)
+        if plan.data_port is not None:
+            _mkdirs(sftp, f"{workdir}/{DATA_PORT_TLS}")
+            for name, pem in (("ca.crt", plan.data_port.ca_pem),
+                              ("server.crt", plan.data_port.cert_pem),
+                              ("server.key", plan.data_port.key_pem)):
+                _put(sftp, f"{workdir}/{DATA_PORT_TLS}/{name}", pem.encode(), 0o600)
         for file in plan.volumes.files:
             _put(sftp, f"{workdir}/{file.path}", file.content, file.mode)
     finally:
