@@ -76,6 +76,18 @@ def resources_by_name(resources: Iterable[Planned]) -> dict[str, dict[str, str]]
     return dict(sorted(table.items()))
 
 
+def local_node_owners(engine_plan: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """The (sandbox directory, user) each Local node of ``engine_plan`` is planned with: a
+    Local plan runs its nodes as that user under that directory, on the applier's machine."""
+    found = set()
+    for urn, planned in (engine_plan.get("resourcePlans") or {}).items():
+        if ":LocalNode::" in urn:
+            adds = ((planned.get("goal") or {}).get("inputDiff") or {}).get("adds") or {}
+            if "sandbox_root" in adds and "user" in adds:
+                found.add((str(adds["sandbox_root"]), str(adds["user"])))
+    return found
+
+
 def applier_mark(actor: str, nonce: str) -> str:
     """What an applier writes in the stack's ``plan_applied`` tag and its first update's
     message: who, and a nonce of this one attempt."""

@@ -260,6 +260,12 @@ def take(reviewed: ReviewedPlan, tags: dict[str, str]) -> ClusterStack:
                           "(gc removes the stack of an expired plan); make a new plan") from None
     assert isinstance(stack, ReviewedStack)
     if applied := stack.tags().get(PLAN_APPLIED):
+        failed = [u for u in stack.history() if u.kind == "update"][-1:]
+        if failed and failed[0].result == "failed":
+            raise ConfigError(f"the reviewed plan {reviewed.path} was applied already by "
+                              f"{applied}, and that update failed (stack {reviewed.stack}; "
+                              "`skyward-iac history --json` says why); a plan is tried once: "
+                              "make a new one")
         raise ConfigError(f"the reviewed plan {reviewed.path} was applied already (stack "
                           f"{reviewed.stack}, by {applied}); a plan is applied once: make a "
                           "new one")
@@ -277,6 +283,13 @@ def take(reviewed: ReviewedPlan, tags: dict[str, str]) -> ClusterStack:
 def bind(plan: PoolPlan, reviewed: ReviewedPlan) -> PoolPlan:
     """``plan`` as the reviewed one: its stack and creation time; ``ConfigError`` naming every
     difference when the pool asked for is not the pool that was reviewed."""
+    here = (str(home.local_nodes_dir()), getpass.getuser())
+    if elsewhere := plan_file.local_node_owners(reviewed.engine_plan) - {here}:
+        where, user = min(elsewhere)
+        raise ConfigError(
+            f"the Local plan {reviewed.path} runs its nodes as {user} under {where}, where it "
+            f"was made; here they would run as {here[1]} under {here[0]}. Apply it there (the "
+            "same user and skyward home), or make a new plan here; nothing was created.")
     saved, asked = dict(reviewed.facts), plan_facts(plan)
     budget = budget_difference(saved.pop("max_cost_usd", None), asked.pop("max_cost_usd"))
     if changed := differences(saved, asked) + budget:

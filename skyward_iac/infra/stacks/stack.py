@@ -41,6 +41,7 @@ from skyward_iac.infra.stacks.records import (  # noqa: F401 - re-exported: call
     list_records,
     managed_count,
 )
+from skyward_iac.infra.stacks.stack_secrets import adopt_secrets_settings
 from skyward_iac.infra.stacks.stack_tags import StackTags
 from skyward_iac.infra.stacks.tags import (
     ACTOR,
@@ -164,6 +165,8 @@ class ClusterStack(StackTags):
         self._provider: str | None = None
         #: An engine update plan the next ``up`` must follow (a reviewed plan), then none.
         self.plan_file: Path | None = None
+        #: Whether the workspace was checked for the stack's secrets settings (``_writable``).
+        self._secrets_checked = False
 
     @property
     def name(self) -> str:
@@ -176,6 +179,16 @@ class ClusterStack(StackTags):
             if self._resolved is None:
                 self._resolved = _select(self._name)
             return self._resolved
+
+    @property
+    def _writable(self) -> LeanStack:
+        """The stack, for a command that writes its state: on a machine that never had its
+        secrets settings (a teammate's), they are taken from the state first."""
+        stack = self._stack
+        if not self._secrets_checked:
+            adopt_secrets_settings(stack)
+            self._secrets_checked = True
+        return stack
 
     @classmethod
     def create(cls, request: ClusterRequest, tags: Mapping[str, str]) -> ClusterStack:
@@ -223,7 +236,7 @@ class ClusterStack(StackTags):
         plan, self.plan_file = self.plan_file, None  # a reviewed plan binds the first up only
         errors = ResourceErrors(on_event)
         try:
-            result = self._stack.up(on_output=on_output or log.debug, color="never",
+            result = self._writable.up(on_output=on_output or log.debug, color="never",
                                     refresh=refresh, message=message, on_event=errors,
                                     replace=self._node_urns(replace_nodes) or None,
                                     plan=str(plan) if plan else None)
@@ -297,8 +310,8 @@ class ClusterStack(StackTags):
         ``message`` (how the run ended) stays in its update history."""
         message = self.audited(message)
         try:
-            self._stack.destroy(on_output=on_output or log.debug, color="never", message=message,
-                                on_event=on_event)
+            self._writable.destroy(on_output=on_output or log.debug, color="never",
+                                   message=message, on_event=on_event)
         except auto.errors.ConcurrentUpdateError:
             raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
         except auto.errors.CommandError as exc:
@@ -330,8 +343,8 @@ class ClusterStack(StackTags):
         if self.stale_locks():
             self._stack.cancel()
         try:
-            self._stack.refresh(clear_pending_creates=True, color="never", on_output=log.debug,
-                                message=self.audited("skyward: refresh before cleanup"))
+            self._writable.refresh(clear_pending_creates=True, color="never", on_output=log.debug,
+                                   message=self.audited("skyward: refresh before cleanup"))
         except auto.errors.ConcurrentUpdateError:
             raise StackBusyError(f"stack {self.name!r} is locked by another update") from None
         except auto.errors.CommandError as exc:
@@ -351,7 +364,7 @@ class ClusterStack(StackTags):
                     steps[step.urn] = step
 
         try:
-            result = self._stack.preview(on_output=on_output or log.debug, on_event=on_event,
+            result = self._writable.preview(on_output=on_output or log.debug, on_event=on_event,
                                          diff=True, color="never",
                                          plan=str(save_plan) if save_plan else None)
         except auto.errors.CommandError as exc:
