@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from pyetcd.events import PutEvent
+
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.collections.base import Collection, async_twin, check_timeout
 from skyward_iac.collections.client import mod_revision_is, put_op
@@ -42,22 +44,27 @@ class Barrier(Collection):
         deadline = time.monotonic() + limit
         ticket = self._store.add(self._key, 1)
         target = -(-ticket // self.n) * self.n
+        if ticket >= target:
+            return (ticket - 1) % self.n  # the round's last arrival: nobody to wait for
         client = self._store.client
-        while True:
+        # A watch from now, then a read (one from a past revision is served up to 100 ms late:
+        # see EtcdClient.changes); later counts come with the watch's events.
+        with client.changes(self._key, prefix=False) as changes:
             response = client.range(self._key)
             arrived = int(response.kvs[0].value) if response.kvs else 0
-            if arrived >= target:
-                return (ticket - 1) % self.n
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and self._withdraw(target):
-                raise TimeoutError(
-                    f"barrier {self.name!r}: only {arrived - (target - self.n)} of {self.n} "
-                    f"participants arrived within {limit:g}s; check that every node reaches "
-                    "wait() (a failed or preempted task never will) or pass a larger timeout"
-                )
-            if remaining > 0:
-                client.wait_for_change(self._key, prefix=False, timeout=remaining,
-                                       start_revision=int(response.header.revision) + 1)
+            while arrived < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if self._withdraw(target):
+                        raise TimeoutError(
+                            f"barrier {self.name!r}: only {arrived - (target - self.n)} of "
+                            f"{self.n} participants arrived within {limit:g}s; check that every "
+                            "node reaches wait() (a failed or preempted task never will) or "
+                            "pass a larger timeout")
+                    return (ticket - 1) % self.n  # the round completed meanwhile
+                for event in changes.next(remaining) or ():
+                    arrived = int(event.value) if isinstance(event, PutEvent) else 0
+        return (ticket - 1) % self.n
 
     def _withdraw(self, target: int) -> bool:
         """Takes this arrival back unless the round completed meanwhile (then: False)."""

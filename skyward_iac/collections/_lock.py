@@ -28,7 +28,7 @@ class Lock(Collection):
 
     etcd's own recipe: every contender puts a key under the lock's prefix, attached to its
     process's lease; the key with the oldest create revision holds the lock (first come first
-    served). A waiter keeps one watch on the prefix, opened at its claim's revision, and
+    served). A waiter keeps one watch on the prefix, lists it once the watch is open, and
     crosses off the claims ahead of it as their deletes arrive, with no listing per wake-up
     (etcd's recipe watches only the key just ahead and lists again after each delete; here
     every waiter is sent the lock's changes instead, which costs no round trip). A holder that
@@ -67,10 +67,8 @@ class Lock(Collection):
             listed = {kv.key.decode() for kv in contenders.kvs}
             if key not in listed:
                 raise self._vanished()
-            # Claims made later are younger than ours: the set ahead can only shrink.
-            ahead = {kv.key.decode() for kv in contenders.kvs if kv.create_revision < mine}
-            if ahead:
-                self._wait_out(key, ahead, mine, deadline, limit)
+            if any(kv.create_revision < mine for kv in contenders.kvs):
+                self._wait_out(key, mine, deadline, limit)
             with self._mutex:
                 self._held = key
             with _claims_lock:
@@ -82,14 +80,22 @@ class Lock(Collection):
                 self._delete(key)
             raise
 
-    def _wait_out(self, key: str, ahead: set[str], listed_at: int, deadline: float,
-                  limit: float) -> None:
-        """Waits until every claim in ``ahead`` is deleted, on one watch of the lock's prefix
-        opened at the listing's revision: deletions are read as they come, with no listing
-        after each (a released, withdrawn or expired claim is a delete event), and nothing
-        between the listing and the watch is missed. Raises if our own claim is deleted."""
-        with self._store.client.changes(self._store.prefix, prefix=True,
-                                        start_revision=listed_at + 1) as changes:
+    def _wait_out(self, key: str, mine: int, deadline: float, limit: float) -> None:
+        """Waits until every claim older than ours (created before revision ``mine``) is
+        deleted, on one watch of the lock's prefix: deletions are read as they come, with no
+        listing after each (a released, withdrawn or expired claim is a delete event). The
+        watch starts from now (see ``EtcdClient.changes``: one from the claim's revision is
+        served up to 100 ms late); one listing once it is open names the claims still ahead.
+        Claims made later are younger than ours: the set ahead can only shrink. Raises if our
+        own claim is deleted."""
+        client = self._store.client
+        with client.changes(self._store.prefix, prefix=True) as changes:
+            listed = client.range(self._store.prefix, prefix=True, keys_only=True).kvs
+            if not any(kv.key.decode() == key for kv in listed):
+                raise self._vanished()
+            # By create revision, not by name: a key ahead may be deleted and claimed again
+            # (keys are reused), and the new claim is younger than ours.
+            ahead = {kv.key.decode() for kv in listed if kv.create_revision < mine}
             while ahead:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

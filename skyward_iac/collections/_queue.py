@@ -116,16 +116,20 @@ class Queue(Collection):
             timeout = check_timeout(timeout, f"queue {self.name!r} get(timeout)", zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._listing.lock:
-            value, empty_at = self._next()
+            value, _ = self._next()
         if value is not None:
             return decode_value(value)
         if timeout == 0:
             return None
-        # One watch for the whole wait, opened at the read that found the queue empty (nothing
-        # is missed): a claim that loses the race to another consumer waits on, without a new
-        # watch. Only a put can end the wait; others' claims are not worth a try.
-        with self._store.client.changes(self._store.prefix, prefix=True,
-                                        start_revision=empty_at + 1) as changes:
+        # One watch for the whole wait: a claim that loses the race to another consumer waits
+        # on, without a new watch. It starts from now (one from the empty read's revision is
+        # served up to 100 ms late: see EtcdClient.changes), so one more try once it is open
+        # covers what was put in between. Only a put can end the wait.
+        with self._store.client.changes(self._store.prefix, prefix=True) as changes:
+            with self._listing.lock:
+                value, _ = self._next()
+            if value is not None:
+                return decode_value(value)
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:

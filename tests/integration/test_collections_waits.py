@@ -1,6 +1,9 @@
 """Waiting costs one watch, not a round trip per wake-up: a lock waiter crosses off the claims
 ahead of it as their deletes arrive on one watch (no listing after each), and a queue ``get``
-that loses an item to another consumer waits on in the same watch. Counted on a real etcd."""
+that loses an item to another consumer waits on in the same watch. Counted on a real etcd.
+
+Every wait's watch starts from now, not from the revision of the read that decided to wait:
+etcd serves a watch that starts in the past from a loop that runs every 100 ms."""
 
 from __future__ import annotations
 
@@ -82,8 +85,9 @@ def test_a_waiter_behind_two_claims_opens_one_watch_and_never_lists_again(
         assert acquired.wait(30), "the waiter never acquired after both claims ahead went"
         waiter.join(30)
     mine.release()
-    # Was: the claim, then a watch and a listing per claim deleted ahead ("Range" twice).
-    assert calls == ["Txn", "watch", "DeleteRange"], calls
+    # The claim, one watch and one listing once it is open, the release. Was: a watch and a
+    # listing per claim deleted ahead (two of each).
+    assert calls == ["Txn", "watch", "Range", "DeleteRange"], calls
 
 
 def test_a_waiting_get_that_loses_an_item_waits_on_in_the_same_watch(
