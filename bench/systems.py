@@ -73,9 +73,11 @@ class Skyward:
         strong = self._remote(workloads.sky_dict_get)("bench-strong", "strong", seconds) @ pool
         eventual = self._remote(workloads.sky_dict_get)("bench-eventual", "eventual", seconds) @ pool
         lock = pool.run(self._remote(workloads.sky_lock)("bench-lock", seconds), target="head")
+        contended = self._remote(workloads.sky_lock)("bench-lock-2", seconds) @ pool
         queue = pool.run(self._remote(workloads.sky_queue)("bench-queue", seconds), target="head")
         return {"counter": sum(counter), "dict-strong": sum(strong) / len(strong),
-                "dict-eventual": sum(eventual) / len(eventual), "lock": lock, "queue": queue}
+                "dict-eventual": sum(eventual) / len(eventual), "lock": lock,
+                "lock-contended": sum(contended), "queue": queue}
 
 
 class Ray:
@@ -117,7 +119,7 @@ class Ray:
         gets = self._ray.get([op.remote(state, "get", seconds) for _ in range(2)])
         queue = self._ray.get(self._remote(workloads.ray_queue).remote(Queue(), seconds))
         return {"counter": sum(counter), "dict-strong": sum(gets) / 2, "dict-eventual": None,
-                "lock": None, "queue": queue}
+                "lock": None, "lock-contended": None, "queue": queue}
 
 
 class Dask:
@@ -144,14 +146,16 @@ class Dask:
 
     def collections(self, seconds: float) -> Rates:
         """``distributed.Variable`` gets, ``Lock``, ``Queue`` (Dask has no atomic counter)."""
-        submit = self._client.submit
+        submit, workers = self._client.submit, list(self._client.scheduler_info()["workers"])
         gets = [submit(workloads.dask_op, "dict-get", "v", seconds, pure=False,
-                       workers=[w]) for w in list(self._client.scheduler_info()["workers"])]
+                       workers=[w]) for w in workers]
         rates = self._client.gather(gets)
         lock = submit(workloads.dask_op, "lock", "l", seconds, pure=False).result()
+        contended = self._client.gather([submit(workloads.dask_op, "lock", "l2", seconds,
+                                                pure=False, workers=[w]) for w in workers])
         queue = submit(workloads.dask_op, "queue", "q", seconds, pure=False).result()
         return {"counter": None, "dict-strong": sum(rates) / len(rates), "dict-eventual": None,
-                "lock": lock, "queue": queue}
+                "lock": lock, "lock-contended": sum(contended), "queue": queue}
 
 
 class ProcessPool:
@@ -184,6 +188,8 @@ class ProcessPool:
             counter_rates = [f.result() for f in counter]
             get_rates = [f.result() for f in gets]
             lock = submit(workloads.manager_op, "lock", proxies, seconds).result()
+            both = [submit(workloads.manager_op, "lock", proxies, seconds) for _ in range(2)]
+            contended = sum(f.result() for f in both)
             queue = submit(workloads.manager_op, "queue", proxies, seconds).result()
         return {"counter": sum(counter_rates), "dict-strong": sum(get_rates) / 2,
-                "dict-eventual": None, "lock": lock, "queue": queue}
+                "dict-eventual": None, "lock": lock, "lock-contended": contended, "queue": queue}
