@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pulumi.automation.errors import CommandError
+from pulumi.automation.errors import CommandError, InvalidVersionError
 
 from skyward_iac.infra.engine.command import (
     ATTEMPTS,
@@ -124,3 +124,24 @@ def test_a_destroy_a_ctrl_c_let_finish_says_how_it_ended(tmp_path: Path) -> None
         engine.run(["destroy", "--yes"], str(tmp_path), env)
     ended = completed(caught.value)
     assert ended is not None and ended.code == 0 and ended.stdout == "updated on run 1"
+
+
+def test_an_engine_command_given_the_version_found_runs_no_version_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``find_engine`` has read the version: the command checks that one instead of starting the
+    engine again (a `pulumi version` run the fake engine would count), as the SDK would."""
+    monkeypatch.delenv("PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK", raising=False)
+    binary = tmp_path / "bin" / "pulumi"
+    binary.parent.mkdir()
+    binary.write_text(f"#!/bin/sh\necho started >> {tmp_path / 'starts'}\necho v3.259.0\n")
+    binary.chmod(0o755)
+    checked = EngineCommand(root=str(tmp_path), version="3.259.0")
+    assert str(checked.version) == "3.259.0" and checked.command == str(binary)
+    assert not (tmp_path / "starts").exists()
+    with pytest.raises(InvalidVersionError, match="Major version mismatch"):
+        EngineCommand(root=str(tmp_path), version="4.0.0")
+    with pytest.raises(InvalidVersionError, match="Minimum version"):
+        EngineCommand(root=str(tmp_path), version="3.0.0")
+    assert str(EngineCommand(root=str(tmp_path)).version) == "3.259.0"  # reads it itself
+    assert (tmp_path / "starts").read_text() == "started\n"

@@ -37,7 +37,12 @@ from dataclasses import replace
 from typing import IO
 
 from pulumi.automation import CommandResult, PulumiCommand
-from pulumi.automation._cmd import OnOutput
+from pulumi.automation._cmd import (
+    _SKIP_VERSION_CHECK_VAR,
+    OnOutput,
+    _parse_and_validate_pulumi_version,
+)
+from pulumi.automation._minimum_version import _MINIMUM_VERSION
 from pulumi.automation.errors import create_command_error
 
 from skyward_iac.api import retry
@@ -106,6 +111,19 @@ def stopped_on_purpose(stack: str) -> str | None:
 
 class EngineCommand(PulumiCommand):
     """A ``PulumiCommand`` whose commands run in their own session (see the module doc)."""
+
+    def __init__(self, root: str, version: str | None = None) -> None:
+        """The engine under ``root``. Given its ``version`` (as ``locate.find_engine`` read it),
+        the SDK's check of it is made on that, not on another ``pulumi version`` run (a Go
+        start, 0.2-0.3 CPU-s per client process)."""
+        if version is None:
+            super().__init__(root=root)
+            return
+        self.command = os.path.join(root, "bin", "pulumi")
+        self.version = _parse_and_validate_pulumi_version(
+            min_version=_MINIMUM_VERSION, current_version=version,
+            opt_out=os.getenv(_SKIP_VERSION_CHECK_VAR) is not None,
+        )
 
     def run(self, args: list[str], cwd: str, additional_env: Mapping[str, str],
             on_output: OnOutput | None = None,

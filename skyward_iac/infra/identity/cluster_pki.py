@@ -16,8 +16,6 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
 
-from skyward_iac.collections.pki import generate_cluster_certificates
-
 SECRET_OUTPUTS = ["server_key_pem", "client_key_pem"]
 _REPLACE_ON = ("stack", "server_addresses")
 
@@ -26,6 +24,10 @@ class ClusterPKIProvider(ResourceProvider):
     """Generates the stack's CA, etcd server and client certificates once, at create."""
 
     def create(self, props: dict[str, Any]) -> CreateResult:
+        # Imported here: the collections package loads etcd's gRPC client (~0.4 s of CPU), which
+        # the dynamic-provider process needs only to create a bundle, never to diff or delete.
+        from skyward_iac.collections.pki import generate_cluster_certificates
+
         addresses = [str(a) for a in props.get("server_addresses") or []]
         bundle = generate_cluster_certificates(props["stack"], addresses)
         outs = {

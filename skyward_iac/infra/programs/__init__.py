@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from skyward_iac.api.spec import Spec
-
+# Names for annotations only: the dynamic-provider process imports this package (as the parent of
+# programs/local_node.py) on every `up` and `destroy`, and api/spec.py with pydantic would cost it
+# ~0.4 s of CPU it never uses.
 if TYPE_CHECKING:
+    from skyward_iac.api.spec import Spec
     from skyward_iac.api.volumes import VolumeKeys
     from skyward_iac.infra.capacity.offers import Market, Offer
 

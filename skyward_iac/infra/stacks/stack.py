@@ -116,9 +116,9 @@ def _project_dir() -> str:
 
 
 @functools.cache
-def _command(root: str) -> auto.PulumiCommand:
-    """One command object per engine: creating one runs ``pulumi version`` (~0.2 s)."""
-    return EngineCommand(root=root)
+def _command(root: str, version: str) -> auto.PulumiCommand:
+    """One command object per engine, checked on the version ``find_engine`` read."""
+    return EngineCommand(root=root, version=version)
 
 
 def _workspace(program: auto.PulumiFn | None = None,
@@ -126,7 +126,7 @@ def _workspace(program: auto.PulumiFn | None = None,
     """A workspace on the project directory and the engine, running ``program`` inline."""
     found = engine.find_engine()
     return auto.LocalWorkspace(
-        work_dir=_project_dir(), pulumi_command=_command(str(found.root)),
+        work_dir=_project_dir(), pulumi_command=_command(str(found.root), found.version),
         env_vars=engine.engine_env(found), program=program, secrets_provider=secrets_provider,
     )
 
