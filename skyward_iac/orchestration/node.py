@@ -92,9 +92,10 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
-        # Local nodes only for now: clouds' firewalls do not open the port yet.
+        # Local nodes only, and only when asked for: clouds' firewalls do not open the port
+        # yet, and a node reached over it stays in service when its SSH connection is lost.
         data_port=DataPortPlan(address.private_address, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
-        if local and image_ref is None and etcd is not None else None,
+        if local and image_ref is None and etcd is not None and data_port_asked() else None,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
@@ -124,6 +125,17 @@ def _bootstrap_reporters(
         on_event(BootstrapConsole(stack=identity.stack, node=node, line=line))
 
     return on_step, on_line
+
+
+#: Set to 1 to reach Local nodes' agents over their data port (TCP with mutual TLS) instead of
+#: the SSH tunnel. Off by default until losing a node's SSH connection takes such a node out
+#: of service as it does a tunnelled one (issue 32).
+DATA_PORT_ENV = "SKYWARD_DATA_PORT"
+
+
+def data_port_asked() -> bool:
+    """Whether this client asked for the agents' data port (``DATA_PORT_ENV``)."""
+    return os.environ.get(DATA_PORT_ENV) == "1"
 
 
 @dataclass(frozen=True)

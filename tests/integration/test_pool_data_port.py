@@ -18,7 +18,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.collections import pki
 from skyward_iac.node import protocol
-from skyward_iac.orchestration.node import Node
+from skyward_iac.orchestration.node import DATA_PORT_ENV, Node
 from skyward_iac.remote import data_port
 from skyward_iac.remote.agent_client import AgentClient
 from tests.agent_process import closed_without_greeting, peak_rss_mb
@@ -36,9 +36,11 @@ def checksum(data: object) -> int:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[sky.Pool]:
-    with sky.Compute(provider=sky.Local(), nodes=1,
-                     options=sky.Options(default_compute_timeout=120)) as started:
-        yield started
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(DATA_PORT_ENV, "1")  # opt-in while SSH loss does not end such a node
+        with sky.Compute(provider=sky.Local(), nodes=1,
+                         options=sky.Options(default_compute_timeout=120)) as started:
+            yield started
 
 
 def _node(pool: sky.Pool) -> Node:
