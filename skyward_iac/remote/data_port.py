@@ -15,13 +15,12 @@ import shlex
 import socket
 import ssl
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fabric
 
-from skyward_iac.collections.pki import SERVER_NAME
+from skyward_iac.collections.pki import SERVER_NAME, IssuedCertificate
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
 from skyward_iac.remote.bootstrap import DATA_PORT_FILE
@@ -33,19 +32,7 @@ CONNECT_TIMEOUT = 5.0
 DATA_PORT, SSH_TUNNEL = "data port", "SSH tunnel"
 
 
-@dataclass(frozen=True, slots=True)
-class ClientCertificate:
-    """The stack's CA certificate and the client's pair (PEM)."""
-
-    ca_pem: str
-    cert_pem: str
-    key_pem: str
-
-    def __repr__(self) -> str:  # never print the private key
-        return "ClientCertificate(...)"
-
-
-def client_context(certificate: ClientCertificate) -> ssl.SSLContext:
+def client_context(certificate: IssuedCertificate) -> ssl.SSLContext:
     """TLS 1.3, the server verified against the stack's CA under ``SERVER_NAME``, and our
     client certificate presented."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, host names checked
@@ -87,11 +74,11 @@ def choose_path(port: int | None, error: BaseException | None) -> tuple[str, str
     return DATA_PORT, f"mutual TLS on port {port}"
 
 
-def certificate_of(outputs: ClusterOutputs) -> ClientCertificate | None:
+def certificate_of(outputs: ClusterOutputs) -> IssuedCertificate | None:
     """The stack's client certificate, or None when the stack has no PKI (collections off)."""
     if outputs.etcd is None:
         return None
-    return ClientCertificate(outputs.etcd.ca_pem, outputs.etcd.client_cert_pem,
+    return IssuedCertificate(outputs.etcd.ca_pem, outputs.etcd.client_cert_pem,
                              outputs.etcd.client_key_pem)
 
 
@@ -104,7 +91,7 @@ def announced_port(conn: fabric.Connection, workdir: str, timeout: float) -> int
 
 
 def agent_stream(conn: fabric.Connection, address: NodeAddress, tunnel_port: int,
-                 certificate: ClientCertificate | None, timeout: float) -> Any:
+                 certificate: IssuedCertificate | None, timeout: float) -> Any:
     """The stream to a node's agent: its data port when it has one and it answers to the
     stack's ``certificate``, else the SSH tunnel to ``tunnel_port``. One log line says which,
     and why."""

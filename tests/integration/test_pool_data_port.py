@@ -107,7 +107,7 @@ def test_a_data_port_the_client_cannot_use_falls_back_to_the_ssh_tunnel(
     # Another stack's certificate: the client cannot verify this agent, so it must not use
     # the port, and reaches the agent through SSH instead.
     other = pki.generate_cluster_certificates("another-stack", ["127.0.0.1"])
-    certificate = data_port.ClientCertificate(other.ca_pem, other.client_cert_pem,
+    certificate = data_port.IssuedCertificate(other.ca_pem, other.client_cert_pem,
                                               other.client_key_pem)
     with caplog.at_level("INFO", logger="skyward"):
         stream = data_port.agent_stream(node.connection, node.address, node.agent_port,

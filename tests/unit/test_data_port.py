@@ -43,7 +43,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory,
 
 
 def _ours(bundle: pki.ClusterCertificates) -> ssl.SSLContext:
-    return data_port.client_context(data_port.ClientCertificate(
+    return data_port.client_context(data_port.IssuedCertificate(
         bundle.ca_pem, bundle.client_cert_pem, bundle.client_key_pem))
 
 
@@ -91,7 +91,7 @@ def test_a_certificate_of_another_stack_is_refused(agent: tuple[Agent, int],
     _, port = agent
     other = pki.generate_cluster_certificates("another-stack", ["127.0.0.1"])
     # The client pins the server: another stack's CA does not vouch for this agent.
-    mixed = data_port.client_context(data_port.ClientCertificate(
+    mixed = data_port.client_context(data_port.IssuedCertificate(
         other.ca_pem, other.client_cert_pem, other.client_key_pem))
     with pytest.raises(ssl.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
         data_port.connect("127.0.0.1", port, mixed)
