@@ -129,7 +129,12 @@ class AgentClient:
         """Tell the agent, before any task, the node's ``InstanceInfo`` (as a dict), the
         ``collections.BackendConfig`` its tasks use (None: no collections) and the pool's
         pickled node-side plugins (None: none)."""
-        self._channel.send(Configure(instance, collections, plugins))
+        self.send(Configure(instance, collections, plugins))
+
+    def send(self, message: object) -> None:
+        """Send one control message (not a task) in a frame of its own; ``OSError`` when the
+        connection is broken (the reader hands the pending tasks to ``on_lost``)."""
+        self._channel.send(message)
 
     def submit(self, name: str, payload: bytes, timeout: float | None,
                buffers: tuple[Any, ...] = ()) -> Future[Any]:
