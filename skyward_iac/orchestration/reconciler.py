@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from skyward_iac.api import retry
@@ -44,6 +43,7 @@ from skyward_iac.observability.events import (
 )
 from skyward_iac.orchestration.collections import node_config
 from skyward_iac.orchestration.dispatch import Dispatcher
+from skyward_iac.orchestration.elastic import ElasticThreads
 from skyward_iac.orchestration.membership import ConvergeStep, Membership, converge_step, next_retry
 from skyward_iac.orchestration.node import Node, NodeLaunch
 from skyward_iac.orchestration.plan import PoolPlan
@@ -83,8 +83,9 @@ class Reconciler:
         self._wake = threading.Event()
         self._busy = threading.Lock()
         self._stopped = threading.Event()
-        self._starts = ThreadPoolExecutor(max_workers=32,
-                                          thread_name_prefix=f"{self.identity.stack}-node")
+        # Node starts run 32 at a time; the threads end when idle (a pool's threads must not
+        # stay at what one burst of starts needed).
+        self._starts = ElasticThreads(32, name=f"{self.identity.stack}-node")
         self._thread: threading.Thread | None = None
         self._previous: dict[int, str] = {}
 
