@@ -65,7 +65,7 @@ def noop(x: int = 0) -> int:
 class Simulator:
     """A ``fleet_sim.py`` process of ``nodes`` nodes for the length of a ``with`` block."""
 
-    def __init__(self, nodes: int) -> None:
+    def __init__(self, nodes: int, data_port: bool = True) -> None:
         self.nodes = nodes
         self._dir = tempfile.TemporaryDirectory(prefix="skyward-fleet-")
         fleet_file = Path(self._dir.name) / "fleet.json"
@@ -73,7 +73,8 @@ class Simulator:
         self.root = Path(self._dir.name) / "nodes"
         self.process = subprocess.Popen(
             [sys.executable, str(BENCH / "fleet_sim.py"), "--nodes", str(nodes),
-             "--fleet-file", str(fleet_file), "--root", str(self.root)],
+             "--fleet-file", str(fleet_file), "--root", str(self.root),
+             *([] if data_port else ["--no-data-port"])],
             stdin=subprocess.PIPE)
         deadline = time.monotonic() + 60 + nodes * 0.1
         while not fleet_file.exists():
@@ -113,14 +114,17 @@ class Simulator:
 def outputs_of(fleet: dict[str, Any]) -> tuple[Any, dict[int, int]]:
     """The ``ClusterOutputs`` a stack would give for the simulated nodes, and their agent
     ports (what a warm pool's keeper hands over)."""
-    from skyward_iac.outputs import ClusterOutputs, NodeAddress
+    from skyward_iac.outputs import ClusterOutputs, EtcdMaterial, NodeAddress
 
     nodes = tuple(NodeAddress(index=n["index"], private_address="127.0.0.1",
                               public_address="127.0.0.1", ssh_port=n["port"],
                               ssh_user=fleet["ssh_user"], host_key=n["host_key"],
                               workdir=n["workdir"]) for n in fleet["nodes"])
+    # The stack's PKI (the simulator's data ports present its server pair): with it the client
+    # reaches each agent over its data port, as on a Local or cloud node, and SSH only starts it.
+    pki = EtcdMaterial(**fleet["pki"]) if fleet.get("pki") else None
     outputs = ClusterOutputs(nodes=nodes, ssh_private_key=fleet["ssh_private_key"],
-                             agent_token=fleet["agent_token"])
+                             agent_token=fleet["agent_token"], etcd=pki)
     return outputs, {n["index"]: fleet["agent_port"] for n in fleet["nodes"]}
 
 

@@ -31,6 +31,7 @@ import functools
 import hmac
 import json
 import os
+import resource
 import secrets
 import sys
 import tempfile
@@ -42,7 +43,8 @@ import asyncssh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from skyward_iac.node import protocol
+from skyward_iac.collections.pki import generate_cluster_certificates
+from skyward_iac.node import data_port, protocol
 from skyward_iac.node.messages import Configure, Task, Welcome
 from skyward_iac.node.worker import run_task
 
@@ -117,10 +119,10 @@ class SimulatedAgent(asyncssh.SSHTCPSession[bytes]):
         self.configured: dict[str, Any] | None = None
         self.chan: asyncssh.SSHTCPChannel[bytes] | None = None
 
-    def connection_made(self, chan: asyncssh.SSHTCPChannel[bytes]) -> None:
-        self.chan = chan
+    def connection_made(self, chan: Any) -> None:
+        self.chan = chan  # an SSH channel, or a TLS transport (the data port)
 
-    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+    def data_received(self, data: bytes, datatype: asyncssh.DataType = None) -> None:
         self.frames.data += data
         try:
             while (length := self._next_length()) is not None:
@@ -162,6 +164,14 @@ class SimulatedAgent(asyncssh.SSHTCPSession[bytes]):
                                      protocol.encode(protocol.batched(messages))))
 
 
+class DataPortAgent(SimulatedAgent, asyncio.Protocol):
+    """The same agent reached over the node's data port (TLS, the stack's client certificate
+    required: ``node/data_port.server_context``, the real agent's)."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.chan = None
+
+
 class NodeServer(asyncssh.SSHServer):
     """One node's SSH server: public-key login, and direct-tcpip to its agent's port only."""
 
@@ -178,6 +188,19 @@ class NodeServer(asyncssh.SSHServer):
         return self.agent()
 
 
+def answer(ports: dict[str, int], process: asyncssh.SSHServerProcess[str]) -> None:
+    """The one command a client runs on a node after its start: read the data port the agent
+    announced (``cat <workdir>/run/data.port``). Anything else is not simulated: 127."""
+    command = process.command or ""
+    for workdir, port in ports.items():
+        if command.startswith(f"cat {workdir}/run/data.port"):
+            process.stdout.write(f"{port}\n")
+            process.exit(0)
+            return
+    process.stderr.write(f"not simulated: {command}\n")
+    process.exit(127)
+
+
 class NodeFiles(asyncssh.SFTPServer):
     """SFTP confined to the fleet's root (where each node's workdir is ``/node-<i>``)."""
 
@@ -185,9 +208,31 @@ class NodeFiles(asyncssh.SFTPServer):
         super().__init__(chan, chroot=root.encode())
 
 
-async def serve(nodes: int, root: Path, fleet_file: Path) -> None:
+def tls_context(pki: Any, directory: Path) -> Any:
+    """The data ports' TLS: the stack's server pair, its CA required of every client."""
+    for name, pem in ((data_port.CA_FILE, pki.ca_pem), (data_port.CERT_FILE, pki.server_cert_pem),
+                      (data_port.KEY_FILE, pki.server_key_pem)):
+        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(pem)
+    return data_port.server_context(directory)
+
+
+def raise_descriptor_limit() -> None:
+    """Two listening sockets a node and a connection each: more than a default 1,024."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def serve(nodes: int, root: Path, fleet_file: Path, with_data_port: bool = True) -> None:
     """Start ``nodes`` simulated nodes, write ``fleet_file``, serve until stdin closes."""
+    raise_descriptor_limit()
     client_key = asyncssh.generate_private_key("ssh-ed25519")
+    pki = generate_cluster_certificates("fleet", ["127.0.0.1"])
+    (root / "tls").mkdir(parents=True, exist_ok=True)
+    context = tls_context(pki, root / "tls") if with_data_port else None
+    ports: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
     authorized = asyncssh.import_authorized_keys(
         client_key.export_public_key("openssh").decode())
     token = secrets.token_urlsafe(32)
@@ -201,19 +246,27 @@ async def serve(nodes: int, root: Path, fleet_file: Path) -> None:
             functools.partial(NodeServer, index, agent), "127.0.0.1", 0,
             server_host_keys=[host_key], authorized_client_keys=authorized,
             sftp_factory=functools.partial(NodeFiles, root=str(root)), allow_scp=False,
-            backlog=128)
+            process_factory=functools.partial(answer, ports), backlog=128)
+        if context is not None:
+            listener = await loop.create_server(
+                functools.partial(DataPortAgent, index, token.encode(), stats), "127.0.0.1", 0,
+                ssl=context, ssl_handshake_timeout=data_port.HANDSHAKE_TIMEOUT, backlog=128)
+            ports[f"/node-{index}"] = listener.sockets[0].getsockname()[1]
         described.append({
             "index": index, "port": acceptor.get_port(), "workdir": f"/node-{index}",
             "host_key": host_key.export_public_key("openssh").decode().split("\n")[0],
         })
     fleet = {"nodes": described, "agent_port": AGENT_PORT, "ssh_user": SSH_USER,
              "ssh_private_key": client_key.export_private_key("openssh").decode(),
-             "agent_token": token, "pid": os.getpid()}
+             "agent_token": token, "pid": os.getpid(),
+             "pki": {"ca_pem": pki.ca_pem, "server_cert_pem": pki.server_cert_pem,
+                     "server_key_pem": pki.server_key_pem,
+                     "client_cert_pem": pki.client_cert_pem,
+                     "client_key_pem": pki.client_key_pem} if context is not None else None}
     partial = fleet_file.with_suffix(".tmp")
     partial.write_text(json.dumps(fleet))
     partial.chmod(0o600)
     partial.replace(fleet_file)
-    loop = asyncio.get_running_loop()
     # Serve until whoever started us closes our stdin (or dies).
     await loop.run_in_executor(None, sys.stdin.buffer.read)
     fleet_file.with_suffix(".stats").write_text(json.dumps(stats))
@@ -225,9 +278,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--fleet-file", type=Path, required=True)
     parser.add_argument("--root", type=Path, help="the nodes' SFTP root (default: a temp dir)")
+    parser.add_argument("--no-data-port", action="store_true",
+                        help="nodes without a data port: the client reaches agents over SSH")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="skyward-fleet-") as scratch:
-        asyncio.run(serve(args.nodes, args.root or Path(scratch), args.fleet_file))
+        asyncio.run(serve(args.nodes, args.root or Path(scratch), args.fleet_file,
+                          not args.no_data_port))
 
 
 if __name__ == "__main__":

@@ -176,3 +176,39 @@ def test_the_report_says_which_size_did_not_connect_in_time() -> None:
     assert "| 1000 |" not in printed  # no row of figures it does not have
     assert "- 1000 nodes: half of them in service in 300 s; 733 of 1000 after 900 s" in printed
     assert "- 10 nodes: the first half in service in 0.5 s, the second half in 0.5 s" in printed
+
+
+def test_each_simulated_node_serves_a_data_port_that_demands_the_stacks_certificate(
+        simulator: fleet.Simulator) -> None:
+    import ssl
+
+    from skyward_iac.remote import data_port
+
+    outputs, _ = fleet.outputs_of(simulator.fleet)
+    certificate = data_port.certificate_of(outputs)
+    assert certificate is not None
+    for index in range(3):
+        connection = ssh.connect(outputs.node(index), outputs.ssh_private_key, TIMEOUT)
+        try:  # the port as a client reads it: the command a node answers over SSH
+            port = data_port.announced_port(connection, outputs.node(index).workdir, TIMEOUT)
+        finally:
+            connection.close()
+        assert port is not None
+        stream = data_port.connect("127.0.0.1", port, data_port.client_context(certificate))
+        assert stream.version() == "TLSv1.3"
+        client = AgentClient(stream, outputs.agent_token, index)
+        try:
+            packed = pack_call(add(2, index))
+            assert client.submit("add", packed.payload, TIMEOUT).result(TIMEOUT) == 2 + index
+        finally:
+            client.close()
+    anonymous = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the node, shows no certificate
+    anonymous.load_verify_locations(cadata=certificate.ca_pem)
+    try:
+        refused = data_port.connect("127.0.0.1", port, anonymous)
+        refused.settimeout(TIMEOUT)
+        refused.sendall(b"".join(bytes(p) for p in protocol.encode_raw(outputs.agent_token.encode())))
+        answer = refused.recv(1)  # TLS 1.3: the refusal arrives with the first read
+    except (ssl.SSLError, ConnectionError):
+        answer = b""
+    assert answer == b"", "a peer without the stack's certificate was answered"
