@@ -264,16 +264,19 @@ def measured(into: dict[str, Any], name: str, sim: Simulator) -> Iterator[None]:
 
 
 def one(nodes: int, tasks: int = MAP_TASKS, explain: bool = False,
-        idle: float = IDLE_SECONDS, connect_limit: float = CONNECT_LIMIT) -> dict[str, Any]:
+        idle: float = IDLE_SECONDS, connect_limit: float = CONNECT_LIMIT,
+        data_port: bool = True) -> dict[str, Any]:
     """Figure 7 at ``nodes`` nodes, in this (fresh) process; ``explain`` adds the
-    instruments of ``fleet_explain`` (and their cost). Nodes not all in service after
+    instruments of ``fleet_explain`` (and their cost); ``data_port=False``: agents reached
+    through SSH tunnels, as before the data port. Nodes not all in service after
     ``connect_limit`` seconds end the size: ``connect failed`` says how many were."""
     import skyward_iac.orchestration.compute  # noqa: F401 - imports are not the pool's cost
     from skyward_iac.orchestration.dispatch import Dispatcher
 
-    figures: dict[str, Any] = {"load average": os.getloadavg()[0]}
+    figures: dict[str, Any] = {"load average": os.getloadavg()[0], "path": (
+        "data port" if data_port else "SSH tunnel")}
     explained: dict[str, Any] = {}
-    with private_home(), Simulator(nodes) as sim:
+    with private_home(), Simulator(nodes, data_port) as sim:
         before = client_status()
         fleet = FleetPool(sim.fleet, sky.Options(ssh_timeout=SSH_TIMEOUT))
         try:
@@ -351,14 +354,16 @@ def main() -> None:
                         help="also measure memory by source file and the dispatcher's CPU")
     parser.add_argument("--poll", type=float,
                         help="an experiment: paramiko's idle wake-up interval (default 0.1 s)")
+    parser.add_argument("--tunnel", action="store_true",
+                        help="nodes without a data port: agents reached through SSH tunnels")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # NODES, in this process
     args = parser.parse_args()
     if args.one:
         if args.poll is not None:
             fleet_explain.set_poll(args.poll)
-        print(json.dumps(one(args.one, args.tasks, args.explain)))
+        print(json.dumps(one(args.one, args.tasks, args.explain, data_port=not args.tunnel)))
         return
-    extra = (*(["--explain"] if args.explain else []),
+    extra = (*(["--explain"] if args.explain else []), *(["--tunnel"] if args.tunnel else []),
              *(["--poll", str(args.poll)] if args.poll is not None else []))
     figures = measure(args.nodes, args.tasks, extra)
     if not figures:
