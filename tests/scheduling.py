@@ -43,7 +43,6 @@ SPREAD = frozenset({
     "tests/integration/test_partial_readiness.py",
     "tests/integration/test_pytest_plugin.py",
     "tests/integration/test_pool_forms.py",
-    "tests/integration/test_lifecycle.py",
     "tests/integration/test_preview.py",
     "tests/chaos/test_warm_pools.py",
     "tests/chaos/test_full_disk.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -26,14 +27,34 @@ def assert_gone(stack_name: str) -> None:
     assert ClusterStack.select(stack_name).resource_count() == 0
 
 
-def test_up_then_destroy_leaves_nothing_and_keeps_history() -> None:
+@dataclass(frozen=True)
+class Finished:
+    """What one Local pool showed while it lived; it was destroyed when the fixture returned."""
+
+    stack: str
+    reply: str
+    sandboxes: int
+    processes: list[int]
+    resources: int
+
+
+@pytest.fixture(scope="module")
+def finished() -> Finished:
+    """One pool's whole life (up, a call, exit, destroy), whose record the tests below read:
+    they only read it, so one pool serves them (``tests/scheduling.py``: this file is one unit)."""
     compute = sky.Compute(provider=sky.Local(), nodes=1, ttl=120)
     with compute as pool:
-        assert (ping() >> pool) == "pong"
         name = pool.stack_name
-        assert len(stack_sandboxes(name)) == 1
-        assert stack_processes(name), "expected the node's sshd and agent to be running"
-        assert ClusterStack.select(name).resource_count() == 3  # credentials, etcd PKI, one node
+        return Finished(name, ping() >> pool, len(stack_sandboxes(name)), stack_processes(name),
+                        ClusterStack.select(name).resource_count())
+
+
+def test_up_then_destroy_leaves_nothing_and_keeps_history(finished: Finished) -> None:
+    name = finished.stack
+    assert finished.reply == "pong"
+    assert finished.sandboxes == 1
+    assert finished.processes, "expected the node's sshd and agent to be running"
+    assert finished.resources == 3  # credentials, etcd PKI, one node
     assert_gone(name)
 
     stack = ClusterStack.select(name)
@@ -48,7 +69,7 @@ def test_up_then_destroy_leaves_nothing_and_keeps_history() -> None:
     cli = subprocess.run(
         [str(found.binary), "stack", "history", "--json", "-s", f"organization/skyward/{name}"],
         cwd=home.workspace_dir(), env={**engine.engine_env(found)}, capture_output=True,
-        text=True, timeout=60,
+        text=True, timeout=60, check=False,
     )
     assert cli.returncode == 0, cli.stderr
     assert [u["kind"] for u in json.loads(cli.stdout)] == ["destroy", "update"]
@@ -56,10 +77,9 @@ def test_up_then_destroy_leaves_nothing_and_keeps_history() -> None:
 
 def test_exception_inside_the_block_still_destroys_the_stack() -> None:
     compute = sky.Compute(provider=sky.Local(), nodes=1)
-    with pytest.raises(RuntimeError, match="user code failed"):
-        with compute as pool:
-            assert (ping() >> pool) == "pong"
-            raise RuntimeError("user code failed")
+    with pytest.raises(RuntimeError, match="user code failed"), compute as pool:
+        assert (ping() >> pool) == "pong"
+        raise RuntimeError("user code failed")
     assert_gone(compute.stack_name)
 
 
@@ -82,14 +102,11 @@ def test_invalid_spec_is_rejected_before_anything_is_provisioned(
     assert (sorted(home.state_dir().rglob("*")), sorted(home.local_nodes_dir().iterdir())) == before
 
 
-def test_cli_show_lists_a_destroyed_stack_history() -> None:
+def test_cli_show_lists_a_destroyed_stack_history(finished: Finished) -> None:
     from skyward_iac import cli
 
-    compute = sky.Compute(provider=sky.Local(), nodes=1)
-    with compute as pool:
-        ping() >> pool
     out = subprocess.run(
-        [sys.executable, "-m", "skyward_iac.cli", "show", compute.stack_name, "--json"],
+        [sys.executable, "-m", "skyward_iac.cli", "show", finished.stack, "--json"],
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout
     report = json.loads(out)
