@@ -3,7 +3,8 @@
 It listens on the node's loopback (the client reaches it through an SSH direct-tcpip
 channel) and, with ``--data-bind``, on a data port with mutual TLS (node/data_port.py), where
 only the stack's certificate holders get as far as the token. On both it demands the per-stack
-token as the first frame, before it unpickles anything.
+token as the first frame, before it unpickles anything. The client's heartbeat reaches the node
+through it once the node is attached (``Beat``, written to ``--heartbeat`` for the watchdog).
 Tasks run in worker subprocesses (``node/worker.py``) admitted by ``node/slots.py``, so a
 task that kills its process never takes the agent down.
 
@@ -12,7 +13,7 @@ join, so one ``kill`` of the group fences the node (``remote/fence.py``); and it
 with it, however it dies (see ``Slots``).
 Run as ``python -m skyward_iac.node agent --token-file F --port-file F [--concurrency N]
 [--data-bind ADDR --data-port-file F --tls-dir D]
-[--executor thread|process] [--fresh-processes] [--metrics JSON] [--preemption aws|gcp
+[--executor thread|process] [--fresh-processes] [--heartbeat F] [--metrics JSON] [--preemption aws|gcp
 [--metadata-url URL]] [--refusals-every SECONDS]``.
 
 Connections refused for want of the token are logged as ``node/refusals.py`` decides: the
@@ -37,8 +38,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from skyward_iac.api import metrics
+from skyward_iac.api.deadlines import BUDGET_FILE
 from skyward_iac.node import data_port, protocol, relay
 from skyward_iac.node.messages import (
+    Beat,
     Cancel,
     Configure,
     MetricSamples,
@@ -59,9 +62,13 @@ class Connection:
     """One authenticated client connection: hands tasks to the slots; its ``channel`` is where
     their messages go back."""
 
-    def __init__(self, channel: protocol.Channel, slots: Slots) -> None:
+    def __init__(self, channel: protocol.Channel, slots: Slots,
+                 heartbeat: Path | None = None) -> None:
         self.channel = channel
         self.slots = slots
+        #: Where the client's ``Beat``s are written (None: the agent was started without
+        #: ``--heartbeat``, and beats are ignored).
+        self.heartbeat = heartbeat
 
     def send(self, message: object) -> None:
         self.channel.send(message)
@@ -85,6 +92,8 @@ class Connection:
                 self.slots.cancel(message.task_id)
             elif isinstance(message, Configure):
                 self.slots.configure(message)
+            elif isinstance(message, Beat) and self.heartbeat is not None:
+                write_beat(self.heartbeat, message)
         if tasks:
             self.slots.submit_many(tasks, self.channel)
 
@@ -132,6 +141,15 @@ class Listeners:
             self.discard(connection)  # a broken one is dropped; its reader ends it
 
 
+def write_beat(heartbeat: Path, beat: Beat) -> None:
+    """Write the client's ``beat`` as its SFTP beats do: the budget's note first (when it
+    changed), then ``beat COUNT`` to the heartbeat file; each file replaced whole, so the
+    watchdog never reads half of one."""
+    if beat.budget is not None:
+        write_atomically(heartbeat.with_name(BUDGET_FILE), beat.budget)
+    write_atomically(heartbeat, f"beat {beat.count}\n")
+
+
 def authenticate(channel: protocol.Channel, token: bytes) -> bool:
     """True when the first frame is exactly the token. Nothing is unpickled, decompressed or
     read beyond ``MAX_TOKEN_FRAME`` bytes before this: a first frame that is not RAW or is
@@ -144,7 +162,7 @@ def authenticate(channel: protocol.Channel, token: bytes) -> bool:
 
 
 def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog,
-           listeners: Listeners | None = None) -> None:
+           listeners: Listeners | None = None, heartbeat: Path | None = None) -> None:
     """Serve one connection: the token first, then the client's tasks."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     with sock:
@@ -158,7 +176,7 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
         # arrives in fewer, larger reads.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        connection = Connection(channel, slots)
+        connection = Connection(channel, slots, heartbeat)
         connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0],
                                 protocol=protocol.PROTOCOL_VERSION))
         if listeners is not None:
@@ -218,6 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-port-file", type=Path, default=None)
     parser.add_argument("--tls-dir", type=Path, default=None,
                         help="ca.crt, server.crt, server.key of the stack's PKI")
+    parser.add_argument("--heartbeat", type=Path, default=None,
+                        help="the heartbeat file the client's Beat messages are written to "
+                             "(the watchdog's; the budget file beside it)")
     parser.add_argument("--refusals-every", type=float, default=SUMMARY_EVERY,
                         help="seconds between two log lines summing up refused connections")
     args = parser.parse_args(argv)
@@ -244,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--data-bind needs --tls-dir and --data-port-file")
         data = data_port.listen(
             args.data_bind, data_port.server_context(args.tls_dir),
-            lambda sock: handle(sock, token, slots, refusals, listeners),
+            lambda sock: handle(sock, token, slots, refusals, listeners, args.heartbeat),
             lambda peer: refusals.refused(f"{peer} (no valid client certificate)"))
         write_atomically(args.data_port_file, str(data.getsockname()[1]))
         log.info("data port (mutual TLS) on %s", data.getsockname())
@@ -252,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("agent of node %s listening on %s", args.node, server.getsockname())
     while True:
         sock, _ = server.accept()
-        threading.Thread(target=handle, args=(sock, token, slots, refusals, listeners),
+        threading.Thread(target=handle,
+                         args=(sock, token, slots, refusals, listeners, args.heartbeat),
                          daemon=True).start()
 

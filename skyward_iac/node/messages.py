@@ -34,6 +34,19 @@ class Configure:
 
 
 @dataclass(frozen=True, slots=True)
+class Beat:
+    """The client's heartbeat, over the agent connection once a node is attached: the agent
+    writes ``beat COUNT`` to the node's heartbeat file (and ``budget``, when given, to the
+    budget file beside it first), the same files the SFTP beats write, so the watchdog
+    (node/watchdog.py) is unchanged. Each beat carries the next count, so each changes the
+    file; no time of the client travels with it."""
+
+    count: int
+    #: The budget's note (``api/deadlines.py``), only when it changed since the last one told.
+    budget: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Output:
     """A piece of a running task's stdout or stderr, streamed live."""
 

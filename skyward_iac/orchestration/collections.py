@@ -125,7 +125,9 @@ class ClientCollections:
     def _open(self, head: Node, config: BackendConfig) -> _Tunnel:
         tunnel = _Tunnel(head)
         tunnel.forward = LocalForward(
-            lambda: head.connection.transport, (head.address.private_address, ETCD_CLIENT_PORT),
+            # The head's SSH connection as it is, never opened again: losing it loses the head.
+            lambda: head.connection.held_transport,
+            (head.address.private_address, ETCD_CLIENT_PORT),
             lambda trouble, detail: self._trouble(tunnel, trouble, detail), timeout=self._timeout)
         tunnel.backend = connect(BackendConfig(
             endpoints=(f"127.0.0.1:{tunnel.forward.port}",), job_id=config.job_id,
@@ -166,7 +168,7 @@ class ClientCollections:
         if self._stopped.is_set() or tunnel.lost is not None:
             return
         if trouble is Trouble.CLOSED_BY_TARGET:
-            found = check(tunnel.head.connection.transport, tunnel.forward.target,
+            found = check(tunnel.head.connection.held_transport, tunnel.forward.target,
                           self._timeout)
             if found is None:
                 return  # etcd still listens: gRPC reconnects through the tunnel by itself

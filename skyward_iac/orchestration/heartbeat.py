@@ -5,9 +5,11 @@ monotonic clock when it saw the file change (node/watchdog.py on Local, the clou
 watchdog on clouds), so no time of this machine travels with a beat and its clock cannot
 matter. While beats arrive, a node keeps living; when they stop for ``ttl`` seconds (this
 process died, lost the network, or the node is unreachable) the node stops itself. A node is
-beaten from its first SSH contact, through its bootstrap, until the pool closes, over an SFTP
-channel of its own: nothing else (the bootstrap's uploads, a closed cached client) can take it
-away. A failing beat is a warning at once; a node unreachable for ``ttl`` has stopped itself
+beaten from its first SSH contact until the pool closes: through its bootstrap over an SFTP
+channel of its own (nothing else, the bootstrap's uploads or a closed cached client, can take
+it away), and once its agent is attached over the agent connection (``attached``: a ``Beat``
+message the agent writes to the same file), so a node needs no SSH connection to stay alive.
+A failing beat is a warning at once; a node unreachable for ``ttl`` has stopped itself
 and is reported lost. A pool with a budget also tells each node, before its first beat and
 again after every change, how many seconds the budget leaves (``BUDGET_FILE``, a duration its
 watchdog counts on the node's clock; ``orchestration/budget.py``).
@@ -19,11 +21,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-import fabric
 
 from skyward_iac.api.deadlines import (
     BUDGET_FILE,
@@ -31,18 +31,32 @@ from skyward_iac.api.deadlines import (
     beat_timeout,
     unreached_too_long,
 )
+from skyward_iac.node.messages import Beat
 from skyward_iac.orchestration.identity import PoolIdentity
+from skyward_iac.remote.bootstrap import HEARTBEAT_FILE
 
 log = logging.getLogger("skyward")
+
+
+class BeatSender(Protocol):
+    """What carries a node's beats once it is attached (its ``AgentClient``)."""
+
+    def send(self, message: object) -> None:
+        """Send one control message; ``OSError`` when the connection is broken."""
+        ...
 
 
 @dataclass
 class _Beat:
     index: int
-    connection: fabric.Connection
+    #: The node's SSH connection (its ``client`` opens the SFTP channel); also what names
+    #: this registration in ``remove`` and ``attached``.
+    connection: Any
     path: str
     last_ok: float
     sftp: Any = None
+    #: Set once the node's agent is attached: beats go over its connection from then on.
+    agent: BeatSender | None = None
     failures: int = 0
     #: Beats written so far: each beat writes the next count, so each one changes the file.
     count: int = 0
@@ -87,15 +101,29 @@ class Heartbeat:
         if notes is not None:
             notes.listen(self.tell_all)
 
-    def add(self, index: int, connection: fabric.Connection, workdir: str) -> None:
-        """Start beating node ``index`` (at its first SSH contact), with one beat now."""
-        beat = _Beat(index, connection, f"{workdir}/heartbeat", time.monotonic())
+    def add(self, index: int, connection: Any, workdir: str) -> None:
+        """Start beating node ``index`` over SFTP (at its first SSH contact), with one beat
+        now. ``connection``: anything with a paramiko ``client`` (a ``fabric.Connection``)."""
+        beat = _Beat(index, connection, f"{workdir}/{HEARTBEAT_FILE}", time.monotonic())
         with self._lock:
             old = self._beats.get(index)
             self._beats[index] = beat
         if old is not None:
             _close(old)
         self._beat(beat)
+
+    def attached(self, index: int, connection: Any, agent: BeatSender) -> None:
+        """Node ``index`` (registered with ``connection``) has its agent attached: beat it
+        over ``agent`` from now on, with one beat now, and close its SFTP channel (its SSH
+        connection may close after this returns)."""
+        with self._lock:
+            beat = self._beats.get(index)
+        if beat is None or beat.connection is not connection:
+            return
+        with beat.busy:  # a beat over SFTP under way ends first
+            beat.agent = agent
+            _close(beat)
+            self._beat_once(beat)
 
     def tell_all(self) -> None:
         """Beat every node now, each told the notes' new text (they changed)."""
@@ -109,7 +137,7 @@ class Heartbeat:
             except RuntimeError:
                 return  # stopping: the pool closes anyway
 
-    def remove(self, index: int, connection: fabric.Connection | None = None) -> None:
+    def remove(self, index: int, connection: Any = None) -> None:
         """Stop beating node ``index`` (only if still registered with ``connection``)."""
         with self._lock:
             beat = self._beats.get(index)
@@ -122,8 +150,10 @@ class Heartbeat:
         while not self._stopped.wait(self.interval):
             with self._lock:
                 beats = list(self._beats.values())
-            for _ in self._threads.map(self._beat, beats):
-                pass
+            # A beat stuck behind a large frame on its agent connection holds back no other
+            # node's: the next round skips a node whose beat is still under way.
+            wait([self._threads.submit(self._beat, beat) for beat in beats],
+                 timeout=beat_timeout(self.ttl))
             now = time.monotonic()
             for beat in beats:
                 silent = now - beat.last_ok
@@ -145,16 +175,10 @@ class Heartbeat:
 
     def _beat_once(self, beat: _Beat) -> None:
         try:
-            if beat.sftp is None:
-                beat.sftp = beat.connection.client.open_sftp()
-                beat.sftp.get_channel().settimeout(beat_timeout(self.ttl))
-            if self.notes is not None:
-                version, text = self.notes.note()
-                if version != beat.told:
-                    _write_text(beat.sftp, f"{beat.path.rpartition('/')[0]}/{BUDGET_FILE}", text)
-                    beat.told = version
-            _write_beat(beat.sftp, beat.path, beat.count + 1)
-            beat.count += 1
+            if beat.agent is not None:
+                self._beat_agent(beat, beat.agent)
+            else:
+                self._beat_sftp(beat)
         except Exception as exc:  # noqa: BLE001 - any failure is reported the same way
             _close(beat)
             beat.failures += 1
@@ -172,6 +196,31 @@ class Heartbeat:
                      beat.index)
         beat.failures = 0
         beat.last_ok = time.monotonic()
+
+    def _note(self, beat: _Beat) -> tuple[int | None, str | None]:
+        """The notes' version and text when the node must be told them (else the version it
+        was told and None)."""
+        if self.notes is None:
+            return beat.told, None
+        version, text = self.notes.note()
+        return (version, text) if version != beat.told else (beat.told, None)
+
+    def _beat_agent(self, beat: _Beat, agent: BeatSender) -> None:
+        version, text = self._note(beat)
+        agent.send(Beat(beat.count + 1, text))
+        beat.count += 1
+        beat.told = version
+
+    def _beat_sftp(self, beat: _Beat) -> None:
+        if beat.sftp is None:
+            beat.sftp = beat.connection.client.open_sftp()
+            beat.sftp.get_channel().settimeout(beat_timeout(self.ttl))
+        version, text = self._note(beat)
+        if text is not None:
+            _write_text(beat.sftp, f"{beat.path.rpartition('/')[0]}/{BUDGET_FILE}", text)
+            beat.told = version
+        _write_beat(beat.sftp, beat.path, beat.count + 1)
+        beat.count += 1
 
     def stop(self) -> None:
         """Stop beating every node (the pool is closing)."""

@@ -1,4 +1,5 @@
-"""One ready node of a pool: its SSH connection and its agent connection."""
+"""One ready node of a pool: its agent connection, and its SSH connection for the bootstrap,
+the fallback tunnel and whatever needs it now and then (``remote/node_ssh.py``)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import logging
 import os
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import fabric
 
 from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.options import Options
@@ -34,6 +34,7 @@ from skyward_iac.remote.bootstrap import BootstrapPlan, DataPortPlan, EtcdServer
 from skyward_iac.remote.bootstrap_progress import StepUpdate
 from skyward_iac.remote.bootstrap_run import bootstrap
 from skyward_iac.remote.includes import IncludesArchive, build_archive
+from skyward_iac.remote.node_ssh import NodeSsh
 from skyward_iac.remote.volumes import MountPlan, unmount_script
 
 log = logging.getLogger("skyward")
@@ -92,10 +93,10 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
-        # Local nodes only, and only when asked for: clouds' firewalls do not open the port
-        # yet, and a node reached over it stays in service when its SSH connection is lost.
+        # Local nodes only for now: clouds' firewalls do not open the port yet. A node whose
+        # port cannot be used is reached through the SSH tunnel (remote/data_port.py).
         data_port=DataPortPlan(address.private_address, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
-        if local and image_ref is None and etcd is not None and data_port_asked() else None,
+        if local and image_ref is None and etcd is not None else None,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
@@ -127,17 +128,6 @@ def _bootstrap_reporters(
     return on_step, on_line
 
 
-#: Set to 1 to reach Local nodes' agents over their data port (TCP with mutual TLS) instead of
-#: the SSH tunnel. Off by default until losing a node's SSH connection takes such a node out
-#: of service as it does a tunnelled one (issue 32).
-DATA_PORT_ENV = "SKYWARD_DATA_PORT"
-
-
-def data_port_asked() -> bool:
-    """Whether this client asked for the agents' data port (``DATA_PORT_ENV``)."""
-    return os.environ.get(DATA_PORT_ENV) == "1"
-
-
 @dataclass(frozen=True)
 class NodeLaunch:
     """What every node start of one pool shares: the pool's identity, timeouts, and where
@@ -151,8 +141,10 @@ class NodeLaunch:
     on_lost: OnLost
     #: Hears each bootstrap step (``BootstrapPhase``), its lines and ``InstanceBootstrapped``.
     on_event: Callable[[Event], Any] | None = None
-    #: Called with (index, connection, workdir) at the first SSH contact: the heartbeat starts.
-    on_contact: Callable[[int, fabric.Connection, str], Any] | None = None
+    #: Called with (index, ssh, workdir) at the first SSH contact: the heartbeat starts.
+    on_contact: Callable[[int, NodeSsh, str], Any] | None = None
+    #: Called with (index, ssh, agent) once the agent answers: the heartbeat moves onto it.
+    on_attached: Callable[[int, NodeSsh, AgentClient], Any] | None = None
     on_metrics: Callable[[int, tuple[Any, ...]], Any] | None = None
     on_preemption: Callable[[int, PreemptionNotice], Any] | None = None
     #: Results came back (the dispatcher may place more), and a worker started a task.
@@ -166,16 +158,25 @@ class NodeLaunch:
 
 @dataclass(eq=False)
 class Node:
-    """A connected, bootstrapped node with its agent ready for tasks (compared by identity)."""
+    """A connected, bootstrapped node with its agent ready for tasks (compared by identity).
+
+    Its life is its agent connection. ``connection`` is its SSH, held while the agent is
+    reached through it (the fallback tunnel) or while it carries the collections tunnel (the
+    head's: losing it loses the node, ``_watch_lifeline``); otherwise released once the agent
+    answers over its data port, and opened again when something needs it."""
 
     address: NodeAddress
-    connection: fabric.Connection
+    connection: NodeSsh
     agent: AgentClient
     #: The agent's port on the node's loopback (reached through the SSH tunnel).
     agent_port: int = 0
     plan: BootstrapPlan | None = None
     #: The pool's node-side plugin hooks, pickled (sent with every Configure).
     plugins: bytes | None = None
+    #: How the agent is reached (``data_port.DATA_PORT`` or ``data_port.SSH_TUNNEL``).
+    path: str = data_port.SSH_TUNNEL
+    #: Set when the client lets the node go: its SSH closing then is no loss.
+    letting_go: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def start(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
@@ -187,15 +188,20 @@ class Node:
         try:
             on_step, on_line = _bootstrap_reporters(launch.identity, address.index,
                                                     launch.on_event)
-            port = bootstrap(connection, plan, outputs.agent_token, on_step, on_line)
+            port = bootstrap(connection.open(), plan, outputs.agent_token, on_step, on_line)
             node = cls._attached(launch, outputs, address, connection, port, plan, instance,
                                  collections)
         except BaseException:
             connection.close()
             raise
         if launch.on_event is not None:
-            launch.on_event(InstanceBootstrapped(stack=launch.identity.stack, node=address.index,
-                                                 duration=time.monotonic() - started))
+            try:
+                launch.on_event(InstanceBootstrapped(stack=launch.identity.stack,
+                                                     node=address.index,
+                                                     duration=time.monotonic() - started))
+            except BaseException:
+                node.close()
+                raise
         return node
 
     @classmethod
@@ -214,17 +220,53 @@ class Node:
 
     @classmethod
     def _attached(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
-                  connection: fabric.Connection, port: int, plan: BootstrapPlan,
+                  connection: NodeSsh, port: int, plan: BootstrapPlan,
                   instance: InstanceInfo, collections: Any) -> Node:
-        channel = data_port.agent_stream(connection, address, port,
-                                         data_port.certificate_of(outputs), launch.ssh_timeout)
-        agent = AgentClient(channel, outputs.agent_token, address.index, ids=launch.task_ids,
-                            on_output=launch.on_output, on_lost=launch.on_lost)
+        stream, path = data_port.agent_stream(connection, address, port,
+                                              data_port.certificate_of(outputs),
+                                              launch.ssh_timeout)
+        try:
+            agent = AgentClient(stream, outputs.agent_token, address.index, ids=launch.task_ids,
+                                on_output=launch.on_output, on_lost=launch.on_lost)
+        except BaseException:
+            stream.close()
+            raise
         agent.on_metrics, agent.on_preemption = launch.on_metrics, launch.on_preemption
         agent.on_results, agent.on_started = launch.on_results, launch.on_started
-        node = cls(address, connection, agent, port, plan, launch.plugins)
-        node.configure(instance, collections)
+        node = cls(address, connection, agent, port, plan, launch.plugins, path)
+        try:
+            node.configure(instance, collections)
+            if launch.on_attached is not None:  # beats go over the agent from now on
+                launch.on_attached(address.index, connection, agent)
+        except BaseException:
+            # Nothing else closes an agent client that never joined: over the data port its
+            # stream (and reader thread) would outlive the pool.
+            node.letting_go.set()
+            agent.close()
+            raise
+        node._settle_ssh(carries_collections=address.index == 0 and outputs.etcd is not None,
+                         on_lost=launch.on_lost)
         return node
+
+    def _settle_ssh(self, carries_collections: bool, on_lost: OnLost) -> None:
+        """Release the SSH connection the agent no longer needs, or watch the head's, which
+        carries the collections tunnel, as a lifeline (``data_port.keeps_ssh``)."""
+        if not data_port.keeps_ssh(self.path, carries_collections):
+            self.connection.release()
+        elif self.path == data_port.DATA_PORT:
+            transport = self.connection.held_transport
+            if transport is not None:
+                threading.Thread(target=self._watch_lifeline, args=(transport, on_lost),
+                                 name=f"skyward-ssh-lifeline-{self.index}", daemon=True).start()
+
+    def _watch_lifeline(self, transport: Any, on_lost: OnLost) -> None:
+        """When the head's SSH connection ends (its collections tunnel with it) while the
+        client still holds the node, the node is lost, as a tunnelled node is when its agent
+        channel breaks: its etcd is out of the client's reach."""
+        transport.join()
+        if not self.letting_go.is_set():
+            on_lost(self.index, [], "its SSH connection (the collections tunnel to its etcd) "
+                                    "was lost")
 
     @property
     def index(self) -> int:
@@ -254,6 +296,7 @@ class Node:
     def detach(self) -> list[Submission]:
         """Close the client's connections but leave the node as it is (agent running, volumes
         mounted), for a warm pool's next user. Returns the tasks still pending on it."""
+        self.letting_go.set()
         pending = self.agent.close()
         self.connection.close()
         return pending
@@ -262,6 +305,7 @@ class Node:
         """Close the agent channel, unmount the node's volumes (so buffered writes reach the
         bucket before the node goes away), and close the SSH connection. Returns the tasks
         that were still pending on it (unresolved: the caller decides)."""
+        self.letting_go.set()
         pending = self.agent.close()
         try:
             if self.plan is not None and self.plan.volumes.unmount:
@@ -279,12 +323,13 @@ class Node:
 
 
 def _connect(launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
-             plan: BootstrapPlan) -> fabric.Connection:
+             plan: BootstrapPlan) -> NodeSsh:
     """SSH to ``address`` (retried while a cloud instance boots); the heartbeat starts now."""
     timeout = launch.ssh_timeout
     wait = max(timeout, ssh.CLOUD_BOOT_WAIT) if plan.cloud_init else timeout
-    connection = ssh.connect(address, outputs.ssh_private_key, timeout, wait=wait,
-                             retry_interval=launch.ssh_retry_interval)
+    connection = NodeSsh(address, outputs.ssh_private_key, timeout, launch.ssh_retry_interval,
+                         ssh.connect(address, outputs.ssh_private_key, timeout, wait=wait,
+                                     retry_interval=launch.ssh_retry_interval))
     if launch.on_contact is not None:
         try:
             launch.on_contact(address.index, connection, address.workdir)

@@ -51,6 +51,7 @@ class NodeEvents:
             ssh_retry_interval=ssh_retry_interval,
             on_output=self.output, on_lost=self.lost, on_event=self.events.emit,
             on_contact=self.heartbeat.add if self.heartbeat is not None else None,
+            on_attached=self.heartbeat.attached if self.heartbeat is not None else None,
             on_metrics=self.metrics, on_preemption=self.preempted,
             on_results=self.dispatcher.slots_freed, on_started=self.dispatcher.events.started,
             task_ids=self.dispatcher.task_ids, plugins=plugins)

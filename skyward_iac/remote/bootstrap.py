@@ -61,6 +61,8 @@ class DataPortPlan:
 
 #: Where a node keeps the data port's TLS files and where its agent writes the port.
 DATA_PORT_TLS, DATA_PORT_FILE = "tls", "run/data.port"
+#: The heartbeat file in a node's workdir: the client's beats change it, its watchdog reads it.
+HEARTBEAT_FILE = "heartbeat"
 
 
 #: What ``Image.skyward_source`` resolves to: ship the client's package, or install it from PyPI.
@@ -222,7 +224,7 @@ def script(plan: BootstrapPlan) -> str:
         # A copy of everything the bootstrap prints stays on the node for `skyward-iac logs`,
         # with URL credentials hidden as the client hides them (bootstrap_progress.redact).
         f"exec > >(sed -u -E {shlex.quote(NODE_LOG_REDACTION)} | tee -a log/bootstrap.log) 2>&1",
-        'touch "$W/heartbeat"',
+        f'touch "$W/{HEARTBEAT_FILE}"',
     ]
     for name, body in host_steps(plan):
         lines += [f"step {shlex.quote(name)}", *body]
@@ -344,7 +346,8 @@ def _agent_lines(plan: BootstrapPlan) -> list[str]:
         '--token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '
         f'--executor {plan.executor} {"--fresh-processes " if plan.fresh_processes else ""}'
-        f'{flags}> log/agent.log 2>&1 < /dev/null &',
+        # The client's beats arrive over the agent connection once the node is attached.
+        f'--heartbeat "$W/{HEARTBEAT_FILE}" {flags}> log/agent.log 2>&1 < /dev/null &',
         'echo $! > run/agent.pid',
         'for _ in $(seq 1 600); do',
         '  [ -s run/agent.port ] && break',

@@ -3,7 +3,8 @@ stack's PKI, the agent's certificate pinned to ``SERVER_NAME`` as etcd's is, and
 between it and the SSH tunnel.
 
 The data port is preferred; a node whose port cannot be reached (a firewall, an agent started
-without one) is served through the SSH tunnel as before. ``choose_path`` is that policy, pure;
+without one) is served through the SSH tunnel as before. ``choose_path`` is that policy, pure,
+and ``keeps_ssh`` the one that follows from it (whether the node's SSH connection stays open);
 ``connect`` is the I/O.
 """
 
@@ -24,6 +25,7 @@ from skyward_iac.collections.pki import SERVER_NAME, IssuedCertificate
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
 from skyward_iac.remote import ssh
 from skyward_iac.remote.bootstrap import DATA_PORT_FILE
+from skyward_iac.remote.node_ssh import NodeSsh
 
 log = logging.getLogger("skyward")
 
@@ -74,6 +76,14 @@ def choose_path(port: int | None, error: BaseException | None) -> tuple[str, str
     return DATA_PORT, f"mutual TLS on port {port}"
 
 
+def keeps_ssh(path: str, carries_collections: bool) -> bool:
+    """Whether a node's SSH connection stays open once its agent is reached over ``path``:
+    the tunnel runs through it, and the head's carries the client's collections tunnel to
+    etcd (``carries_collections``); any other node reached over its data port needs SSH only
+    now and then (a fence, an unmount, a forwarded port), opened again when asked."""
+    return path == SSH_TUNNEL or carries_collections
+
+
 def certificate_of(outputs: ClusterOutputs) -> IssuedCertificate | None:
     """The stack's client certificate, or None when the stack has no PKI (collections off)."""
     if outputs.etcd is None:
@@ -82,7 +92,8 @@ def certificate_of(outputs: ClusterOutputs) -> IssuedCertificate | None:
                              outputs.etcd.client_key_pem)
 
 
-def announced_port(conn: fabric.Connection, workdir: str, timeout: float) -> int | None:
+def announced_port(conn: fabric.Connection | NodeSsh, workdir: str,
+                   timeout: float) -> int | None:
     """The data port the node's agent wrote at start, or None (none, or an older agent)."""
     result = conn.run(f"cat {shlex.quote(workdir)}/{DATA_PORT_FILE} 2>/dev/null", hide=True,
                       warn=True, in_stream=False, timeout=timeout)
@@ -90,11 +101,11 @@ def announced_port(conn: fabric.Connection, workdir: str, timeout: float) -> int
     return int(text) if result.exited == 0 and text.isdigit() else None
 
 
-def agent_stream(conn: fabric.Connection, address: NodeAddress, tunnel_port: int,
-                 certificate: IssuedCertificate | None, timeout: float) -> Any:
-    """The stream to a node's agent: its data port when it has one and it answers to the
-    stack's ``certificate``, else the SSH tunnel to ``tunnel_port``. One log line says which,
-    and why."""
+def agent_stream(conn: fabric.Connection | NodeSsh, address: NodeAddress, tunnel_port: int,
+                 certificate: IssuedCertificate | None, timeout: float) -> tuple[Any, str]:
+    """The stream to a node's agent and its path (``DATA_PORT`` or ``SSH_TUNNEL``): its data
+    port when it has one and it answers to the stack's ``certificate``, else the SSH tunnel to
+    ``tunnel_port``. One log line says which, and why."""
     port = announced_port(conn, address.workdir, timeout) if certificate else None
     error: BaseException | None = None
     if port is not None and certificate is not None:
@@ -105,5 +116,6 @@ def agent_stream(conn: fabric.Connection, address: NodeAddress, tunnel_port: int
     path, why = choose_path(port, error)
     log.info("node %d: agent reached over the %s (%s)", address.index, path, why)
     if path == DATA_PORT:
-        return stream
-    return ssh.open_tunnel(conn, tunnel_port, timeout)
+        return stream, path
+    held = conn.open() if isinstance(conn, NodeSsh) else conn
+    return ssh.open_tunnel(held, tunnel_port, timeout), path

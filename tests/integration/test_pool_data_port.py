@@ -18,7 +18,7 @@ import pytest
 import skyward_iac as sky
 from skyward_iac.collections import pki
 from skyward_iac.node import protocol
-from skyward_iac.orchestration.node import DATA_PORT_ENV, Node
+from skyward_iac.orchestration.node import Node
 from skyward_iac.remote import data_port
 from skyward_iac.remote.agent_client import AgentClient
 from tests.agent_process import closed_without_greeting, peak_rss_mb
@@ -36,11 +36,9 @@ def checksum(data: object) -> int:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[sky.Pool]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(DATA_PORT_ENV, "1")  # opt-in while SSH loss does not end such a node
-        with sky.Compute(provider=sky.Local(), nodes=1,
-                         options=sky.Options(default_compute_timeout=120)) as started:
-            yield started
+    with sky.Compute(provider=sky.Local(), nodes=1,
+                     options=sky.Options(default_compute_timeout=120)) as started:
+        yield started
 
 
 def _node(pool: sky.Pool) -> Node:
@@ -110,9 +108,9 @@ def test_a_data_port_the_client_cannot_use_falls_back_to_the_ssh_tunnel(
     certificate = data_port.IssuedCertificate(other.ca_pem, other.client_cert_pem,
                                               other.client_key_pem)
     with caplog.at_level("INFO", logger="skyward"):
-        stream = data_port.agent_stream(node.connection, node.address, node.agent_port,
-                                        certificate, 30)
-    assert not isinstance(stream, ssl.SSLSocket)
+        stream, path = data_port.agent_stream(node.connection, node.address, node.agent_port,
+                                              certificate, 30)
+    assert not isinstance(stream, ssl.SSLSocket) and path == data_port.SSH_TUNNEL
     assert "over the SSH tunnel" in caplog.text and "unreachable" in caplog.text
     client = AgentClient(stream, _token(node).decode(), node.index)
     try:
