@@ -345,6 +345,10 @@ class Channel:
     def send_raw(self, data: bytes) -> None:
         self._write(encode_raw(data))
 
+    def send_frames(self, frames: list[Any]) -> None:
+        """A frame already encoded (one received, passed on as it is: node/relay.py)."""
+        self._write(frames)
+
     def receive_raw(self, limit: int = MAX_TOKEN_FRAME) -> bytes:
         return read_token(self.stream, limit)
 

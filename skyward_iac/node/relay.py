@@ -14,12 +14,19 @@ what the peer can make the agent allocate is still what it sends (the mappings a
 most ``MAX_RELAYED_BUFFERS`` buffers of a frame are relayed this way (more fall back to reading
 the whole frame first, one mapping at a time).
 
+The other way, a worker's small frames (results, output, ``Started``) are passed on to their
+client as received (``receive_passable``, ``deliver``) when all of a frame's messages go to
+that one client: the agent unpickles them for its bookkeeping but does not pickle them again.
+Likewise a client's small frame of tasks goes to a worker as received when the worker takes
+all of them at once (``frame_of``).
+
 If the client goes away mid-frame, every ``Arriving`` of the frame is *lost*: a send waiting on
 one raises ``SourceLost``, and a task holding one is never run (``lost``, node/slots.py).
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 import pickle
 import threading
@@ -27,6 +34,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 from skyward_iac.node import protocol
+
+log = logging.getLogger("skyward.agent")
+#: The frame ``serve`` is dispatching in this thread: ``(messages, passable frame or None)``.
+_dispatching = threading.local()
 
 #: Frames whose buffers add up to at least this are relayed as they arrive.
 CUT_THROUGH_MIN = protocol.LAZY_MIN
@@ -106,12 +117,20 @@ def receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], No
 
     The caller must call that function before reading the next frame, and may hand the
     messages on meanwhile."""
+    messages, rest, _ = _receive(channel)
+    return messages, rest
+
+
+def _receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], None] | None,
+                                                 list[bytes] | None]:
+    """As ``receive``, and the frame as received when it can be passed on as it is."""
     kind, payload, sizes = protocol.read_frame_head(channel.stream)
     if kind == protocol.RAW:
         raise protocol.ProtocolError("unexpected raw frame after the handshake")
     if not relayed(sizes):
         buffers = [protocol.recv_buffer(channel.stream, size) for size in sizes]
-        return protocol.unbatch(pickle.loads(payload, buffers=buffers)), None
+        messages = protocol.unbatch(pickle.loads(payload, buffers=buffers))
+        return messages, None, _passable(kind, payload, sizes)
     arriving = [Arriving(size) for size in sizes]
     messages = protocol.unbatch(pickle.loads(payload, buffers=arriving))
 
@@ -123,7 +142,53 @@ def receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], No
             for buffer in arriving:
                 buffer.abandon()  # lost unless complete: nobody waits on it forever
 
-    return messages, read_buffers
+    return messages, read_buffers, None
+
+
+def _passable(kind: int, payload: Any, sizes: Sequence[int]) -> list[bytes] | None:
+    """A frame as received, if it can be sent on as it is (no buffers, no lz4), else None."""
+    if kind != protocol.PICKLED or sizes:
+        return None
+    return [protocol.HEADER.pack(len(payload), protocol.PICKLED), payload]
+
+
+def receive_passable(channel: protocol.Channel) -> tuple[tuple[Any, ...], list[bytes] | None]:
+    """The messages of the next frame (as ``Channel.receive``) and, for a frame without
+    out-of-band buffers or compression, the frame itself, to be passed on unchanged: a
+    worker's results go to their client without being pickled again."""
+    kind, payload, sizes = protocol.read_frame_head(channel.stream)
+    if kind == protocol.RAW:
+        raise protocol.ProtocolError("unexpected raw frame after the handshake")
+    buffers = [protocol.recv_buffer(channel.stream, size) for size in sizes]
+    return protocol.unbatch(pickle.loads(payload, buffers=buffers)), _passable(kind, payload, sizes)
+
+
+def one_route(deliveries: Sequence[tuple[Any, Any]], received: int) -> bool:
+    """Whether all ``received`` messages of a frame go to one route (pure policy)."""
+    return (len(deliveries) == received > 0
+            and all(route is deliveries[0][0] for route, _ in deliveries))
+
+
+def deliver(deliveries: Sequence[tuple[Any, Any]], frame: list[bytes] | None = None,
+            received: int = 0) -> None:
+    """Send each route (a ``protocol.Channel``) its messages, in order, in one frame per
+    route. ``frame``: the frame of ``received`` messages they came in (``receive_passable``),
+    passed on as it is when all of them go to one route: the agent pickles nothing again."""
+    send_frames = getattr(deliveries[0][0], "send_frames", None) if deliveries else None
+    if frame is not None and send_frames is not None and one_route(deliveries, received):
+        try:
+            send_frames(frame)
+        except OSError:
+            log.info("client gone; dropped %d message(s)", received)
+        return
+    by_route: dict[int, tuple[Any, list[Any]]] = {}
+    for route, message in deliveries:
+        by_route.setdefault(id(route), (route, []))[1].append(message)
+    for route, messages in by_route.values():
+        try:
+            route.send_many(messages)
+        except OSError:
+            log.info("client gone; dropped %d message(s)", len(messages))
 
 
 def relayed(sizes: Sequence[int]) -> bool:
@@ -142,11 +207,27 @@ def serve(channel: protocol.Channel, dispatch: Callable[[Sequence[Any]], None]) 
     ``dispatch`` in order; a relayed frame's messages are dispatched (in a thread of their
     own) while its buffers are still arriving."""
     while True:
-        messages, rest = receive(channel)
+        messages, rest, frame = _receive(channel)
         if rest is None:
-            dispatch(messages)
+            _dispatching.frame = (messages, frame)  # for ``frame_of``, while dispatched
+            try:
+                dispatch(messages)
+            finally:
+                _dispatching.frame = None
             continue
         _dispatch_while_reading(messages, rest, dispatch)
+
+
+def frame_of(tasks: Sequence[Any]) -> list[bytes] | None:
+    """The frame ``serve`` is dispatching in this thread, if it holds exactly ``tasks`` and
+    can be passed on as it is: the agent then sends it to a worker without pickling it again."""
+    messages, frame = getattr(_dispatching, "frame", None) or ((), None)
+    return frame if frame is not None and same_objects(messages, tasks) else None
+
+
+def same_objects(these: Sequence[Any], those: Sequence[Any]) -> bool:
+    """Whether two sequences hold the very same objects in the same order (pure)."""
+    return len(these) == len(those) and all(a is b for a, b in zip(these, those))
 
 
 def _dispatch_while_reading(messages: Sequence[Any], rest: Callable[[], None],

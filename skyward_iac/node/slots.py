@@ -63,7 +63,7 @@ class WorkerProcess:
     """One worker subprocess and the tasks assigned to it (running, or queued in it)."""
 
     def __init__(self, once: bool, slots: int, prefetch: int,
-                 on_messages: Callable[[WorkerProcess, Sequence[Any]], None],
+                 on_messages: Callable[[WorkerProcess, Sequence[Any], list[bytes] | None], None],
                  on_exit: Callable[[WorkerProcess], None], index: int = 0,
                  launch: Launch | None = None, lifeline: int | None = None,
                  group: int | None = None) -> None:
@@ -130,7 +130,7 @@ class WorkerProcess:
     def _read(self) -> None:
         try:
             while True:
-                self._on_messages(self, self.channel.receive())
+                self._on_messages(self, *relay.receive_passable(self.channel))
         except (protocol.ConnectionClosed, OSError):
             pass
         except protocol.ProtocolError as exc:
@@ -236,13 +236,13 @@ class Slots:
         """Queue tasks from one client connection and start what fits."""
         if self.failure is not None:
             failure = describe_failure(self.failure)
-            _deliver_all([(route, Result(task.task_id, failure=failure)) for task in tasks])
+            relay.deliver([(route, Result(task.task_id, failure=failure)) for task in tasks])
             return
         with self.lock:
             for task in tasks:
                 self.queue.append((task, route))
                 self.routes[task.task_id] = route
-            self._schedule()
+            self._schedule(relay.frame_of(tasks), tasks)
 
     def cancel(self, task_id: int) -> None:
         """The client gave up on a task: drop it, and free its slot."""
@@ -271,7 +271,9 @@ class Slots:
                         pass
                 self._schedule()
 
-    def _schedule(self) -> None:
+    def _schedule(self, frame: list[bytes] | None = None, tasks: Sequence[Task] = ()) -> None:
+        """Send queued tasks to workers with room; ``frame``: ``tasks`` as the client sent
+        them, sent on as they are to a worker that takes exactly them."""
         for worker in list(self.workers):
             batch: list[Task] = []
             while self.queue and worker.has_room():
@@ -290,7 +292,10 @@ class Slots:
             if not batch:
                 continue
             try:
-                worker.channel.send_many(batch)
+                if frame is not None and relay.same_objects(batch, tasks):
+                    worker.channel.send_frames(frame)
+                else:
+                    worker.channel.send_many(batch)
             except relay.SourceLost:
                 self._abort_relay(worker, batch)
             except OSError:
@@ -315,7 +320,9 @@ class Slots:
                 self.queue.appendleft((task, route))
         worker.accepted -= len(batch)
 
-    def _on_messages(self, worker: WorkerProcess, messages: Sequence[Any]) -> None:
+    def _on_messages(self, worker: WorkerProcess, messages: Sequence[Any],
+                     frame: list[bytes] | None = None) -> None:
+        """A frame of ``worker``'s messages (``frame``: as sent, see relay.receive_passable)."""
         deliveries: list[tuple[Route, Any]] = []
         with self.lock:
             finished = False
@@ -337,7 +344,7 @@ class Slots:
                     deliveries.append((route, message))
             if finished:
                 self._schedule()
-        _deliver_all(deliveries)
+        relay.deliver(deliveries, frame, len(messages))
 
     def _on_exit(self, worker: WorkerProcess) -> None:
         if worker.retired:
@@ -380,16 +387,4 @@ class Slots:
             )
             if route is not None:
                 deliveries.append((route, Result(task.task_id, failure=describe_failure(error))))
-        _deliver_all(deliveries)
-
-
-def _deliver_all(deliveries: list[tuple[Route, Any]]) -> None:
-    """Send each route its messages, in order, in one frame per route."""
-    by_route: dict[int, tuple[Route, list[Any]]] = {}
-    for route, message in deliveries:
-        by_route.setdefault(id(route), (route, []))[1].append(message)
-    for route, messages in by_route.values():
-        try:
-            route.send_many(messages)
-        except OSError:
-            log.info("client gone; dropped %d message(s)", len(messages))
+        relay.deliver(deliveries)

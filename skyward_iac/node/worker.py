@@ -16,6 +16,7 @@ import argparse
 import contextvars
 import mmap
 import os
+import pickle
 import select
 import socket
 import struct
@@ -39,6 +40,8 @@ from skyward_iac.node.task_output import TaskStream, current_task
 COUNTER = struct.Struct("Q")
 #: The environment variable giving a worker process its index on the node (set by the agent).
 WORKER_INDEX_ENV = "SKYWARD_WORKER_INDEX"
+#: Values of these exact types pickle the same with ``pickle`` as with cloudpickle, faster.
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes})
 #: This process's plugins (a ``plugins._node.NodePlugins``) once a Configure brought some.
 process_plugins: Any = None
 
@@ -83,6 +86,8 @@ def run_task(task: Task) -> Result:
                       duration=time.perf_counter() - started)
     duration = time.perf_counter() - started
     try:
+        if type(value) in _PLAIN:  # the same bytes as cloudpickle's, without its pickler's set-up
+            return Result(task.task_id, value=pickle.dumps(value, protocol=5), duration=duration)
         payload, buffers = protocol.dumps_with_buffers(value)
         return Result(task.task_id, value=payload, buffers=buffers, duration=duration)
     except Exception as exc:
