@@ -47,8 +47,17 @@ def test_stacks_tags_counts_and_updates_newest_first(tmp_path: Path) -> None:
     assert b.tags == {} and b.resource_count == 0 and b.updates == ()
 
 
+def test_a_backend_with_nothing_stored_has_no_stacks(tmp_path: Path) -> None:
+    """A new home's file backend (no ``.pulumi`` yet) lists no stack without asking the engine
+    (a pool's first gc in a new home cost a `pulumi stack ls`)."""
+    assert read_stacks(tmp_path, "skyward") == []
+    assert read_stacks(tmp_path / "not-made-yet", "skyward") == []
+
+
 def test_unknown_layouts_defer_to_the_cli(tmp_path: Path) -> None:
-    assert read_stacks(tmp_path, "skyward") is None  # no meta.yaml: not a file backend
+    legacy = tmp_path / "legacy"
+    (legacy / ".pulumi" / "stacks").mkdir(parents=True)
+    assert read_stacks(legacy, "skyward") is None  # no meta.yaml: a layout not known here
     root = backend(tmp_path)
     (root / ".pulumi" / "stacks" / "skyward" / "run-c.json").write_text("{broken")
     assert read_stacks(root, "skyward") is None

@@ -143,6 +143,8 @@ def read_stacks(state_dir: Path, project: str,
     when the backend's layout is not the known one (then ask the CLI)."""
     root = state_dir / ".pulumi"
     stacks_dir = root / "stacks" / project
+    if not root.exists():
+        return []  # nothing stored yet (a new home): what `pulumi stack ls` lists, no engine start
     if not (root / "meta.yaml").is_file():
         return None
     if not stacks_dir.is_dir():
