@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=metrics.from_json, default=(),
                         help="metrics to sample and stream, as observability.metrics.to_json")
     parser.add_argument("--data-bind", default=None,
-                        help="also listen here with mutual TLS (needs --tls-dir, --data-port-file)")
+                        help="also listen with mutual TLS on ADDR or ADDR:PORT (no port: the "
+                             "kernel's choice; needs --tls-dir, --data-port-file)")
     parser.add_argument("--data-port-file", type=Path, default=None)
     parser.add_argument("--tls-dir", type=Path, default=None,
                         help="ca.crt, server.crt, server.key of the stack's PKI")

@@ -29,6 +29,7 @@ from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.testing import run_program
+from skyward_iac.node.data_port import CLOUD_PORT
 from tests.s3_server import S3Server, s3_server
 from tests.unit import test_aws_program as aws_tests
 from tests.unit.aws_replay import MotoMocks, clients, policy, user_data_of
@@ -80,10 +81,14 @@ def test_one_spot_node_in_the_default_vpc(server: S3Server) -> None:
     assert node["MetadataOptions"]["HttpTokens"] == "required"
     (declared,) = mocks.of_type("aws:ec2/instance:Instance")
     assert user_data_of(aws, node["InstanceId"]) == declared.inputs["userData"]
-    # The firewall as declared: SSH from the CIDR, everything from the group, all egress.
+    # The firewall as declared: SSH and the agents' data port from the CIDR, everything from
+    # the group, all egress.
     (stored,) = aws["ec2"].describe_security_groups(GroupIds=[group])["SecurityGroups"]
     ingress = {(p["IpProtocol"], p.get("FromPort")): p for p in stored["IpPermissions"]}
+    assert ingress.keys() == {("tcp", 22), ("tcp", CLOUD_PORT), ("-1", None)}
     assert ingress[("tcp", 22)]["IpRanges"][0]["CidrIp"] == CIDR
+    assert [r["CidrIp"] for r in ingress[("tcp", CLOUD_PORT)]["IpRanges"]] == [CIDR]
+    assert ingress[("tcp", CLOUD_PORT)]["ToPort"] == CLOUD_PORT
     assert ingress[("-1", None)]["UserIdGroupPairs"][0]["GroupId"] == group
     assert [r["CidrIp"] for p in stored["IpPermissionsEgress"] for r in p["IpRanges"]] == [
         "0.0.0.0/0"]

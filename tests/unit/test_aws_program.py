@@ -26,6 +26,7 @@ from skyward_iac.infra.programs.cloud_init import (
 )
 from skyward_iac.infra.programs.common import SELF, IngressRule
 from skyward_iac.infra.programs.testing import AWS_INVOKES, ProgramMocks, run_program
+from skyward_iac.node.data_port import CLOUD_PORT
 from skyward_iac.outputs import parse_outputs as _parse_outputs
 
 CALLER = "198.51.100.7/32"
@@ -235,8 +236,9 @@ def test_ssh_from_the_caller_only_and_etcd_never_from_an_address_range(ssh_cidr:
     mocks, _ = run(aws_spec(ssh_cidr=ssh_cidr), 4)
     rules = mocks.of_type(INGRESS)
     from_ranges = [r for r in rules if "referencedSecurityGroupId" not in r.inputs]
-    assert [(r.inputs.get("cidrIpv4"), list(_open_ports(r))) for r in from_ranges] == [
-        (ssh_cidr, [22])]
+    # SSH and the agents' data port (test_cloud_data_port.py), from the SSH ranges alone.
+    assert sorted((r.inputs.get("cidrIpv4"), list(_open_ports(r))) for r in from_ranges) == [
+        (ssh_cidr, [22]), (ssh_cidr, [CLOUD_PORT])]
     for rule in from_ranges:
         assert not {2379, 2380} & set(_open_ports(rule))
     (internal,) = [r for r in rules if "referencedSecurityGroupId" in r.inputs]

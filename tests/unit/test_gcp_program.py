@@ -16,6 +16,7 @@ from skyward_iac.infra.programs import ClusterRequest, common, program_for
 from skyward_iac.infra.programs.cloud_init import SSH_USER
 from skyward_iac.infra.programs.gcp import gcp_program
 from skyward_iac.infra.programs.testing import ProgramMocks, run_program
+from skyward_iac.node.data_port import CLOUD_PORT
 from skyward_iac.outputs import parse_outputs as _parse_outputs
 
 CALLER = "198.51.100.7/32"
@@ -173,7 +174,9 @@ def test_firewalls_ssh_from_the_caller_etcd_only_inside(ssh_cidr: str) -> None:
     firewalls = mocks.of_type(FIREWALL)
     tag = mocks.of_type(INSTANCE)[0].inputs["tags"][0]
     from_ranges = [f for f in firewalls if "sourceRanges" in f.inputs]
-    assert [(f.inputs["sourceRanges"], _ports(f)) for f in from_ranges] == [([ssh_cidr], {22})]
+    # SSH and the agents' data port (test_cloud_data_port.py), from the SSH ranges alone.
+    assert sorted((f.inputs["sourceRanges"], sorted(_ports(f))) for f in from_ranges) == [
+        ([ssh_cidr], [22]), ([ssh_cidr], [CLOUD_PORT])]
     assert all(not {2379, 2380} & _ports(f) for f in from_ranges)
     (inside,) = [f for f in firewalls if "sourceTags" in f.inputs]
     assert inside.inputs["sourceTags"] == inside.inputs["targetTags"] == [tag]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -24,7 +25,7 @@ from skyward_iac.infra.capacity import offers
 from skyward_iac.infra.capacity.failover import alternatives
 from skyward_iac.infra.capacity.spot_fallback import node_retry
 from skyward_iac.infra.capacity.zones import nodes_move_alone
-from skyward_iac.infra.programs import ClusterRequest
+from skyward_iac.infra.programs import ClusterRequest, common
 from skyward_iac.infra.programs.aws import aws_program
 from skyward_iac.infra.programs.gcp import gcp_program
 from tests.unit import test_aws_program as aws_tests
@@ -68,6 +69,11 @@ class Cloud:
 
     def stack(self) -> ModelStack:
         return ModelStack(self.program)
+
+
+#: The rule that opens the agents' data port, per cloud (``common.ingress_rules``).
+DATA_RULE = {"aws": ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "ingress-data"),
+             "gcp": ("gcp:compute/firewall:Firewall", "firewall-data")}
 
 
 def _aws(request: ClusterRequest) -> Callable[[], None]:
@@ -256,6 +262,24 @@ def unchanged(cloud: Cloud) -> None:
     step(stack, request)
 
 
+def data_port_opened(cloud: Cloud) -> None:
+    """A pool created before its firewall opened the agents' data port: the update that opens
+    it creates that one rule (a rule of its own on AWS, ``AuthorizeSecurityGroupIngress`` on
+    the running group; a firewall of its own on GCP), changes nothing else, and a resize
+    after it keeps every node."""
+    stack, request = cloud.stack(), cloud.request(2)
+    current = common.ingress_rules
+    with mock.patch.object(common, "ingress_rules", lambda cidr: tuple(
+            rule for rule in current(cidr) if rule.name != "data")):
+        before = step(stack, request)
+    assert DATA_RULE[cloud.name] not in before.declared
+    opened = step(stack, request)
+    changed = {key: outcome.op for key, outcome in opened.outcomes.items()
+               if outcome.op != "same"}
+    assert changed == {DATA_RULE[cloud.name]: "create"}
+    step(stack, replace(request, node_count=3))
+
+
 TRANSITIONS: dict[str, Callable[[Cloud], None]] = {
     "fixed 1->2": fixed_resize(1, 2),
     "fixed 1->2->4": fixed_resize(1, 2, 4),
@@ -270,6 +294,7 @@ TRANSITIONS: dict[str, Callable[[Cloud], None]] = {
     "newer image": newer_image,
     "reviewed plan": reviewed_plan,
     "re-up unchanged": unchanged,
+    "data port opened": data_port_opened,
 }
 
 

@@ -110,6 +110,29 @@ def test_gcp_instance_rules() -> None:
     assert changes(GCE, stored, family).replace == ("bootDisk.initializeParams.image",)
 
 
+def test_firewall_rules_move_in_place() -> None:
+    """A rule's port, protocol, range or description changes in place (EC2
+    ``ModifySecurityGroupRules``; a firewall's ``PATCH``): a later change of the data port or
+    of the SSH range never recreates the rule, let alone a node."""
+    rule = {"securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22.0, "toPort": 22.0,
+            "cidrIpv4": "198.51.100.7/32", "description": "SSH from the client"}
+    token = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+    assert not changes(token, rule, {**rule, "fromPort": 7471, "toPort": 7471,
+                                     "cidrIpv4": "203.0.113.0/24", "description": "other"})
+    # The source's kind and the group are not: the rule is then a new one.
+    ipv6 = {k: v for k, v in rule.items() if k != "cidrIpv4"} | {"cidrIpv6": "2001:db8::/64"}
+    assert changes(token, rule, ipv6).replace == ("cidrIpv4", "cidrIpv6")
+    assert changes(token, rule, {**rule, "securityGroupId": "sg-2"}).replace == (
+        "securityGroupId",)
+    firewall = {"name": "pool-data", "network": "projects/p/global/networks/pool-net",
+                "direction": "INGRESS", "allows": [{"protocol": "tcp", "ports": ["22"]}],
+                "sourceRanges": ["198.51.100.7/32"], "targetTags": ["pool-node"]}
+    token = "gcp:compute/firewall:Firewall"
+    assert not changes(token, firewall, {**firewall, "allows": [
+        {"protocol": "tcp", "ports": ["7471"]}], "sourceRanges": ["203.0.113.0/24"]})
+    assert changes(token, firewall, {**firewall, "name": "pool-data-2"}).replace == ("name",)
+
+
 def test_ignore_changes_keeps_the_stored_value() -> None:
     old = {"ami": "ami-1", "bootDisk": {"initializeParams": {"image": "a", "size": 10}}}
     new = {"ami": "ami-2", "bootDisk": {"initializeParams": {"image": "b", "size": 20}}}

@@ -63,6 +63,12 @@ class Cloud:
         """Its catalog rebuilt from its live pricing APIs, in ``shipped``'s format."""
         raise ConfigError(f"{self.kind} has no pricing APIs: its offers are not a catalog's")
 
+    def data_bind(self, private_address: str) -> str | None:
+        """Where a node's agent listens for its data port (node/data_port.py ``endpoint``:
+        ``ADDR`` or ``ADDR:PORT``), given the node's private address; None: the node has
+        no data port (its firewall opens none)."""
+        return None
+
     def nodes_move_alone(self, request: ClusterRequest) -> bool:
         """Whether a node refused in its zone may be declared in a sibling zone while the
         pool's other nodes stay where they run."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from skyward_iac.infra.clouds.base import Cloud
 from skyward_iac.infra.identity import cloud_credentials
 from skyward_iac.infra.programs import pins
+from skyward_iac.node.data_port import CLOUD_BIND
 
 if TYPE_CHECKING:
     from skyward_iac.infra.pricing.document import RefreshedCatalog
@@ -25,6 +26,11 @@ class GcpCloud(Cloud):
         from skyward_iac.infra.programs.gcp import gcp_program
 
         return gcp_program(request)
+
+    def data_bind(self, private_address: str) -> str | None:
+        """Every interface on the fixed ``CLOUD_PORT``, which the stack's firewall opens
+        to the SSH source ranges alone (``common.ingress_rules``)."""
+        return CLOUD_BIND
 
     def stack_pins(self, request: ClusterRequest, resolvers: Resolvers) -> dict[str, str]:
         return pins.gcp_pins(request, resolvers)

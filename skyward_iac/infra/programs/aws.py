@@ -236,7 +236,7 @@ def _security_group(plan: ClusterPlan, network: Network, rules: tuple[IngressRul
         aws.vpc.SecurityGroupEgressRule(
             "egress-cluster", security_group_id=group.id, ip_protocol="-1",
             referenced_security_group_id=group.id,
-            description="all traffic to the cluster's nodes (EFA)", tags=tags, opts=opts,
+            description="all traffic to the nodes of the cluster (EFA)", tags=tags, opts=opts,
         )
     return group
 

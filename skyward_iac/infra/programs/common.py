@@ -23,6 +23,7 @@ from skyward_iac.infra.capacity.offers import Market, Offer, market_for, select
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.cloud_init import SSH_USER, WORKDIR
 from skyward_iac.infra.stacks.tags import stack_tags
+from skyward_iac.node.data_port import CLOUD_PORT
 
 SSH_PORT = 22
 ETCD_PORTS = (2379, 2380)
@@ -179,9 +180,15 @@ def nvidia_driver_for(accelerator: str) -> str:
 Protocol = Literal["tcp", "all"]
 
 
+#: What EC2 accepts in a security group rule's description (the API's constraint on
+#: ``IpRange``/``UserIdGroupPair`` descriptions: no apostrophe, for one).
+AWS_RULE_DESCRIPTION = re.compile(r"[a-zA-Z0-9 ._\-:/()#,@\[\]+=&;{}!$*]{0,255}")
+
+
 @dataclass(frozen=True, slots=True)
 class IngressRule:
-    """Traffic allowed in: ``source`` is a CIDR or ``SELF`` (the cluster's own nodes)."""
+    """Traffic allowed in: ``source`` is a CIDR or ``SELF`` (the cluster's own nodes).
+    ``description`` must match ``AWS_RULE_DESCRIPTION`` (it becomes the EC2 rule's)."""
 
     name: str
     protocol: Protocol
@@ -191,14 +198,20 @@ class IngressRule:
 
 
 def ingress_rules(ssh_cidr: str) -> tuple[IngressRule, ...]:
-    """The cluster's inbound rules: SSH from ``ssh_cidr``, everything between its own nodes.
+    """The cluster's inbound rules: SSH and the agents' data port (TCP with mutual TLS,
+    node/data_port.py ``CLOUD_PORT``) from ``ssh_cidr`` alone, everything between its own
+    nodes.
 
-    etcd (2379/2380), the agent and every other port are reachable only from inside the
-    cluster; the client reaches them through SSH tunnels.
+    etcd (2379/2380), the agent's own port and every other port are reachable only from
+    inside the cluster; the client reaches them through SSH tunnels.
     """
     rules = (
         IngressRule("ssh", "tcp", (SSH_PORT, SSH_PORT), ssh_cidr, "SSH from the client"),
-        IngressRule("cluster", "all", None, SELF, "all traffic between the cluster's nodes"),
+        # Where SSH reaches and nowhere else: a client that may not log in has no business
+        # with the agents either (the port asks for the stack's certificate besides).
+        IngressRule("data", "tcp", (CLOUD_PORT, CLOUD_PORT), ssh_cidr,
+                    "agent data port (mutual TLS) from the client"),
+        IngressRule("cluster", "all", None, SELF, "all traffic between the nodes of the cluster"),
     )
     check_rules(rules)
     return rules

@@ -125,10 +125,11 @@ def nic_type(plan: ClusterPlan) -> str | None:
 
 def firewall_args(rule: IngressRule, tag: str) -> dict[str, Any]:
     """A ``compute.Firewall``'s arguments for one ingress rule (``SELF`` = the node tag)."""
-    allow: dict[str, Any] = {"protocol": rule.protocol}
+    ports = None
     if rule.ports is not None:
         low, high = rule.ports
-        allow["ports"] = [str(low) if low == high else f"{low}-{high}"]
+        ports = [str(low) if low == high else f"{low}-{high}"]
+    allow = gcp.compute.FirewallAllowArgs(protocol=rule.protocol, ports=ports)
     source = {"source_tags": [tag]} if rule.source == SELF else {"source_ranges": [rule.source]}
     return {"direction": "INGRESS", "allows": [allow], "target_tags": [tag],
             "description": rule.description, **source}
