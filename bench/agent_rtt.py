@@ -8,8 +8,8 @@ burst of load from elsewhere hits every figure alike:
 
 - ``agent``: ``python -m skyward_iac.node agent`` (from ``--tree``: a copy of another commit,
   to compare two versions of the node side with the same harness) driven by a real
-  ``AgentClient`` over plain TCP (no SSH, no TLS): the node side of a round trip plus the
-  client's own.
+  ``AgentClient`` over plain TCP (no SSH, no TLS; ``--tls``: over the agent's mutual-TLS data
+  port, as a Local pool reaches it): the node side of a round trip plus the client's own.
 - ``baseline`` (with ``--baseline DIR``): the same from another tree, in the same rounds.
 - ``processpool``: ``ProcessPoolExecutor(1).submit(f, i).result()``.
 - ``pingpong-2``: 64 bytes over TCP to a process that forwards them over a socket pair to a
@@ -119,7 +119,7 @@ def _wait_for_port(port_file: Path, process: subprocess.Popen[bytes]) -> int:
 
 class AgentUnderTest:
     def __init__(self, tree: Path, workdir: Path, concurrency: int, executor: str,
-                 trace: Path | None = None) -> None:
+                 trace: Path | None = None, tls: bool = False) -> None:
         from skyward_iac.node import protocol
         from skyward_iac.remote.agent_client import AgentClient
         from skyward_iac.remote.calls import pack_function
@@ -132,13 +132,22 @@ class AgentUnderTest:
             site.mkdir()
             (site / "sitecustomize.py").write_text((ROOT / "bench" / "rtt_trace.py").read_text())
             env.update(PYTHONPATH=f"{tree}{os.pathsep}{site}", RTT_TRACE_DIR=str(trace))
+        data_port_args, context = _data_port(workdir) if tls else ([], None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "skyward_iac.node", "agent", "--token-file",
              str(workdir / "token"), "--port-file", str(port_file),
-             "--concurrency", str(concurrency), "--executor", executor],
+             "--concurrency", str(concurrency), "--executor", executor, *data_port_args],
             env=env, cwd=tree, stderr=open(workdir / "agent.log", "wb"))  # noqa: SIM115
-        sock = socket.create_connection(("127.0.0.1", _wait_for_port(port_file, self.process)))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        port = _wait_for_port(port_file, self.process)
+        sock: socket.socket
+        if context is not None:  # the data port, as a Local pool's client reaches it
+            from skyward_iac.remote import data_port
+
+            sock = data_port.connect("127.0.0.1", _wait_for_port(workdir / "data.port",
+                                                                 self.process), context)
+        else:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client = AgentClient(sock, TOKEN, node=0)
         self._dumps = protocol.dumps
         self._function = pack_function(noop)
@@ -161,6 +170,26 @@ class AgentUnderTest:
         self.process.wait(10)
 
 
+def _data_port(workdir: Path) -> tuple[list[str], Any]:
+    """The agent's arguments for a mutual-TLS data port from a fresh PKI, and the client's
+    TLS context for it."""
+    from skyward_iac.collections import pki
+    from skyward_iac.node import data_port as node_port
+    from skyward_iac.remote import data_port
+
+    bundle = pki.generate_cluster_certificates("agent-rtt", ["127.0.0.1"])
+    tls = workdir / "tls"
+    tls.mkdir(mode=0o700)
+    for name, text in ((node_port.CA_FILE, bundle.ca_pem), (node_port.CERT_FILE,
+                       bundle.server_cert_pem), (node_port.KEY_FILE, bundle.server_key_pem)):
+        (tls / name).write_text(text)
+        os.chmod(tls / name, 0o600)
+    context = data_port.client_context(data_port.IssuedCertificate(
+        bundle.ca_pem, bundle.client_cert_pem, bundle.client_key_pem))
+    return (["--data-bind", "127.0.0.1", "--tls-dir", str(tls),
+             "--data-port-file", str(workdir / "data.port")], context)
+
+
 def _cpu_ns(pid: int) -> int:
     """On-CPU time of all of ``pid``'s threads (schedstat: ns, unlike /proc/stat's ticks)."""
     total = 0
@@ -173,15 +202,16 @@ def _cpu_ns(pid: int) -> int:
 
 
 def measure(calls: int, tree: Path, concurrency: int, executor: str,
-            baseline: Path | None = None) -> dict[str, Any]:
+            baseline: Path | None = None, tls: bool = False) -> dict[str, Any]:
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="agent-rtt-") as tmp:
         workdir = Path(tmp)
-        agent = AgentUnderTest(tree, workdir, concurrency, executor)
+        agent = AgentUnderTest(tree, workdir, concurrency, executor, tls=tls)
         before = None
         if baseline is not None:
             (workdir / "baseline").mkdir()
-            before = AgentUnderTest(baseline, workdir / "baseline", concurrency, executor)
+            before = AgentUnderTest(baseline, workdir / "baseline", concurrency, executor,
+                                    tls=tls)
         pool = ProcessPoolExecutor(1)
         ping1, ping2 = PingPong(1, workdir), PingPong(2, workdir)
         systems: dict[str, Callable[[int], Any]] = {
@@ -221,13 +251,13 @@ def measure(calls: int, tree: Path, concurrency: int, executor: str,
         figures[name]["node_cpu_us"] = used / 1e3 / len(samples[name])
     agent50 = figures["agent"]["p50"]
     return {
-        "tree": str(tree), "baseline": str(baseline), "load": os.getloadavg(),
+        "tree": str(tree), "baseline": str(baseline), "tls": tls, "load": os.getloadavg(),
         "figures": figures,
         "ratios": {name: agent50 / f["p50"] for name, f in figures.items() if name != "agent"},
     }
 
 
-def trace(calls: int, tree: Path, concurrency: int, executor: str) -> str:
+def trace(calls: int, tree: Path, concurrency: int, executor: str, tls: bool = False) -> str:
     """The agent alone, every hop timestamped (bench/rtt_trace.py): the median time from each
     event of a round trip to the next."""
     import rtt_trace
@@ -235,7 +265,7 @@ def trace(calls: int, tree: Path, concurrency: int, executor: str) -> str:
     with tempfile.TemporaryDirectory(prefix="agent-rtt-") as tmp:
         workdir, traces = Path(tmp), Path(tmp) / "traces"
         traces.mkdir()
-        agent = AgentUnderTest(tree, workdir, concurrency, executor, traces)
+        agent = AgentUnderTest(tree, workdir, concurrency, executor, traces, tls)
         try:
             for i in range(WARM_UP):
                 agent.call(i)
@@ -286,7 +316,7 @@ def trace(calls: int, tree: Path, concurrency: int, executor: str) -> str:
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = [f"tree {result['tree']}  baseline {result['baseline']}  load {' '.join(f'{x:.2f}' for x in result['load'])}"]
+    lines = [f"tree {result['tree']}  baseline {result['baseline']}  tls {result['tls']}  load {' '.join(f'{x:.2f}' for x in result['load'])}"]
     for name, f in result["figures"].items():
         cpu = f"  node CPU {f['node_cpu_us']:.0f} µs/call" if "node_cpu_us" in f else ""
         lines.append(f"  {name:12s} p50 {f['p50']:.3f} ms  p90 {f['p90']:.3f} ms  (n={f['n']})"
@@ -308,15 +338,17 @@ def main() -> None:
                         help="also an agent from this tree (e.g. a copy of HEAD), interleaved")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--executor", choices=("thread", "process"), default="thread")
+    parser.add_argument("--tls", action="store_true",
+                        help="reach the agents over their mutual-TLS data port, not plain TCP")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--trace", action="store_true",
                         help="instead: the agent alone, each stage of a round trip timed")
     args = parser.parse_args()
     if args.trace:
-        print(trace(args.calls, args.tree.resolve(), args.concurrency, args.executor))
+        print(trace(args.calls, args.tree.resolve(), args.concurrency, args.executor, args.tls))
         return
     result = measure(args.calls, args.tree.resolve(), args.concurrency, args.executor,
-                     args.baseline.resolve() if args.baseline else None)
+                     args.baseline.resolve() if args.baseline else None, args.tls)
     print(report(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))
