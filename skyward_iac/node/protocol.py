@@ -344,9 +344,7 @@ class Channel:
 
     def send_raw(self, data: bytes) -> None:
         self._write(encode_raw(data))
-
-    def send_frames(self, frames: list[Any]) -> None:
-        """A frame already encoded (one received, passed on as it is: node/relay.py)."""
+    def send_frames(self, frames: list[Any]) -> None:  # a frame received, passed on as it is
         self._write(frames)
 
     def receive_raw(self, limit: int = MAX_TOKEN_FRAME) -> bytes:
