@@ -174,17 +174,15 @@ def _data_port(workdir: Path) -> tuple[list[str], Any]:
     """The agent's arguments for a mutual-TLS data port from a fresh PKI, and the client's
     TLS context for it."""
     from skyward_iac.collections import pki
-    from skyward_iac.node import data_port as node_port
+    from skyward_iac.node.etcd_server import write_certificates
     from skyward_iac.remote import data_port
 
     bundle = pki.generate_cluster_certificates("agent-rtt", ["127.0.0.1"])
     tls = workdir / "tls"
-    tls.mkdir(mode=0o700)
-    for name, text in ((node_port.CA_FILE, bundle.ca_pem), (node_port.CERT_FILE,
-                       bundle.server_cert_pem), (node_port.KEY_FILE, bundle.server_key_pem)):
-        (tls / name).write_text(text)
-        os.chmod(tls / name, 0o600)
-    context = data_port.client_context(data_port.IssuedCertificate(
+    # The agent presents etcd's server pair, written as the bootstrap writes it.
+    write_certificates(tls, pki.IssuedCertificate(bundle.ca_pem, bundle.server_cert_pem,
+                                                  bundle.server_key_pem))
+    context = data_port.client_context(pki.IssuedCertificate(
         bundle.ca_pem, bundle.client_cert_pem, bundle.client_key_pem))
     return (["--data-bind", "127.0.0.1", "--tls-dir", str(tls),
              "--data-port-file", str(workdir / "data.port")], context)
