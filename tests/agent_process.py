@@ -115,3 +115,10 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def connections_to(address: str) -> int:
+    """This process's established TCP connections to ``address`` (SSH or the data port)."""
+    listed = subprocess.run(["ss", "-tnpH", "state", "established", "dst", address],
+                            capture_output=True, text=True, check=True).stdout
+    return sum(f"pid={os.getpid()}," in line for line in listed.splitlines())

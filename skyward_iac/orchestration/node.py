@@ -182,7 +182,8 @@ class Node:
     def start(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
               plan: BootstrapPlan, instance: InstanceInfo, collections: Any = None) -> Node:
         """Connect over SSH (pinned host key, the stack's key from ``outputs``), bootstrap,
-        open the agent tunnel, and tell the agent where the node sits in the pool."""
+        reach the agent (its data port, or the SSH tunnel), and tell the agent where the node
+        sits in the pool."""
         started = time.monotonic()
         connection = _connect(launch, outputs, address, plan)
         try:
@@ -209,7 +210,7 @@ class Node:
                port: int, plan: BootstrapPlan, instance: InstanceInfo,
                collections: Any = None) -> Node:
         """Reconnect to a node bootstrapped earlier whose agent listens on ``port`` (a warm
-        pool's): SSH, the agent tunnel and a new ``Configure``, no bootstrap."""
+        pool's): SSH, the agent's stream and a new ``Configure``, no bootstrap."""
         connection = _connect(launch, outputs, address, plan)
         try:
             return cls._attached(launch, outputs, address, connection, port, plan, instance,

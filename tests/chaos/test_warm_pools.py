@@ -21,6 +21,7 @@ import skyward_iac as sky
 from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.infra.stacks.tags import ended_of
 from skyward_iac.orchestration import warm
+from tests.agent_process import connections_to
 from tests.chaos.test_lifecycle_chaos import ROOT, skyward_iac, wait_until_gone
 
 pytestmark = pytest.mark.chaos
@@ -103,6 +104,9 @@ def test_every_event_after_a_warm_adoption_names_the_adopted_stack() -> None:
     quiet = {"console": False, "gc_on_start": False}
     with sky.Compute(**spec, options=sky.Options(keep_warm=120, **quiet)) as pool:
         warm_stack = pool.stack_name
+        [kept] = pool.nodes
+    # Detached, the node kept: the client holds no connection to it (its TLS stream closed).
+    assert kept.agent.closed and not connections_to(kept.address.public_address)
     seen: list[Any] = []
     adopter = sky.Compute(**spec, options=sky.Options(**quiet), on_event=seen.append)
     asked = adopter.plan.stack_name

@@ -21,7 +21,7 @@ from skyward_iac.infra.stacks.home import local_nodes_dir
 from skyward_iac.orchestration.node import Node
 from skyward_iac.processes import sandbox_processes
 from skyward_iac.remote import data_port
-from tests.agent_process import wait_until
+from tests.agent_process import connections_to, wait_until
 
 pytestmark = pytest.mark.integration
 TTL = 6
@@ -62,9 +62,11 @@ def test_the_pools_close_leaves_no_agent_connection_of_the_client() -> None:
                      options=sky.Options(console=False)) as one:
         assert square(4) >> one == 16
         [node] = one.nodes
-        stream = node.agent._channel.stream
         assert node.path == data_port.DATA_PORT
-    assert node.agent.closed and stream.fileno() == -1, "the agent's TLS stream is still open"
+        address = node.address.public_address
+        assert connections_to(address) == 2  # the data port, and SSH (the collections tunnel)
+    assert node.agent.closed
+    assert connections_to(address) == 0, "a connection to the node outlived its pool"
     assert wait_until(lambda: not [t for t in set(threading.enumerate()) - before_threads
                                    if t.name.startswith("agent-") and t.is_alive()], 10), \
         "an agent client's thread outlived its pool"
