@@ -193,10 +193,13 @@ class Runner:
 
     def run_inline(self, between: Callable[[], None]) -> None:
         """Inline only: run queued tasks until none is left, calling ``between`` after each
-        (it reads frames that arrived meanwhile, so a cancel reaches tasks still queued)."""
+        that left others queued (it reads frames that arrived meanwhile, so a cancel reaches
+        tasks still queued; with none queued the caller's next read gets those frames, and a
+        lone task costs no ``select``)."""
         while (task := self._next(wait=False)) is not None:
             self._execute(task)
-            between()
+            if self.queue:  # only this thread adds to it (``add``, from ``between``)
+                between()
 
     def cancel(self, task_id: int) -> None:
         """A queued task is skipped; a running one keeps its thread, and another thread takes
