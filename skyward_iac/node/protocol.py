@@ -26,7 +26,7 @@ import pickle
 import socket
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 import cloudpickle
@@ -62,8 +62,10 @@ LZ4_MAX_RATIO = 256
 #: kernel supplies as bytes arrive), so memory follows the bytes received, not the size a header
 #: announces.
 LAZY_MIN = 1 << 20
-#: Payloads up to this size are joined with their header into one write.
-_JOIN_MAX = 65536
+#: Payloads up to this size are joined with their header into one write; a read of more goes
+#: straight into a buffer of its own (``new_buffer``).
+PIECE_MAX = 65536
+_JOIN_MAX = PIECE_MAX
 _RECV_CHUNK = 1 << 20
 
 
@@ -197,13 +199,16 @@ def recv_buffer(stream: ByteStream, size: int) -> bytearray | mmap.mmap:
     """Read exactly ``size`` bytes into a new writable buffer (straight from the kernel on
     sockets). From ``LAZY_MIN`` on it is anonymous memory that grows as bytes arrive: a header
     announcing gigabytes costs nothing until they are sent (and zeroing is skipped)."""
-    buffer: bytearray | mmap.mmap
-    if size >= LAZY_MIN:
-        buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
-    else:
-        buffer = bytearray(size)
+    buffer = new_buffer(size)
     fill(stream, buffer)
     return buffer
+
+
+def new_buffer(size: int) -> bytearray | mmap.mmap:
+    """A writable buffer for ``size`` bytes about to arrive: lazily mapped from ``LAZY_MIN``."""
+    if size >= LAZY_MIN:
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    return bytearray(size)
 
 
 def fill(stream: ByteStream, buffer: bytearray | mmap.mmap,
@@ -264,26 +269,45 @@ def read_token(stream: ByteStream, limit: int = MAX_TOKEN_FRAME) -> bytes:
     return bytes(recv_exact(stream, size))
 
 
-def read_frame_head(stream: ByteStream) -> tuple[int, Any, list[int]]:
-    """The next frame up to its out-of-band buffers: its kind (RAW, PICKLED or COMPRESSED),
-    its payload (decompressed) and the sizes of the buffers that follow (checked, unread)."""
-    size, flags = HEADER.unpack(recv_exact(stream, HEADER.size))
+FrameHead = tuple[int, Any, list[int]]
+
+
+def frame_steps() -> Generator[int, Any, FrameHead]:
+    """The one parser of a frame's head, as steps free of I/O: it yields how many bytes it needs
+    next and is sent exactly those bytes (a buffer from ``new_buffer`` when more than
+    ``PIECE_MAX``); it returns the frame's kind (RAW, PICKLED or COMPRESSED), its payload
+    (decompressed) and the sizes of the out-of-band buffers that follow (checked, unread).
+    ``read_frame_head`` drives it from a blocking stream, ``frame_decoder.FrameDecoder`` from
+    bytes as they arrive."""
+    size, flags = HEADER.unpack((yield HEADER.size))
     kind = flags & _KIND
     if kind not in (RAW, PICKLED, COMPRESSED) or flags & ~(_KIND | BUFFERS):
         raise ProtocolError(f"unknown frame flags {flags:#x}")
     if kind == RAW and flags & BUFFERS:
         raise ProtocolError("a raw frame cannot carry buffers")
-    payload = recv_exact(stream, size)
+    payload = yield size
     if kind == COMPRESSED:
         payload = decompress(payload)
     sizes: list[int] = []
     if flags & BUFFERS:
-        (count,) = COUNT.unpack(recv_exact(stream, COUNT.size))
+        (count,) = COUNT.unpack((yield COUNT.size))
         if count > MAX_BUFFERS:
             raise ProtocolError(f"a frame announces {count} buffers (at most {MAX_BUFFERS})")
-        table = recv_exact(stream, SIZE.size * count)
+        table = yield SIZE.size * count
         sizes = [SIZE.unpack_from(table, i * SIZE.size)[0] for i in range(count)]
     return kind, payload, sizes
+
+
+def read_frame_head(stream: ByteStream) -> FrameHead:
+    """The next frame up to its out-of-band buffers: its kind (RAW, PICKLED or COMPRESSED),
+    its payload (decompressed) and the sizes of the buffers that follow (checked, unread)."""
+    steps = frame_steps()
+    need = next(steps)
+    try:
+        while True:
+            need = steps.send(recv_exact(stream, need))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def read_frame_with_buffers(stream: ByteStream) -> tuple[int, Any, list[Any]]:
@@ -295,7 +319,11 @@ def read_frame_with_buffers(stream: ByteStream) -> tuple[int, Any, list[Any]]:
 
 def read_message(stream: ByteStream) -> Any:
     """The next pickled message; only ever called on an authenticated connection."""
-    kind, payload, buffers = read_frame_with_buffers(stream)
+    return message_of(*read_frame_with_buffers(stream))
+
+
+def message_of(kind: int, payload: Any, buffers: list[Any]) -> Any:
+    """The message a frame carries; only ever called on an authenticated connection."""
     if kind == RAW:
         raise ProtocolError("unexpected raw frame after the handshake")
     return pickle.loads(payload, buffers=buffers)
@@ -331,8 +359,11 @@ class Channel:
     ``OSError``. ``stream`` is the wrapped stream (e.g. for ``select``).
     """
 
-    def __init__(self, stream: ByteStream) -> None:
+    def __init__(self, stream: ByteStream, writer: ByteStream | None = None) -> None:
         self.stream = stream
+        #: What frames are written to: ``stream``, or a wrapper of it that writes to it while
+        #: another thread reads it (the client's wire loop, remote/wire_streams.py).
+        self.writer = writer or stream
         self._send_lock = threading.Lock()
 
     def send(self, message: object) -> None:
@@ -366,4 +397,4 @@ class Channel:
 
     def _write(self, frames: list[Any]) -> None:
         with self._send_lock:
-            send(self.stream, frames)
+            send(self.writer, frames)

@@ -1,8 +1,19 @@
 """The client's end of one node's agent connection: submit tasks, get futures back.
 
-A reader thread resolves futures as results arrive; a deadline thread fails tasks that exceed
-their timeout (``TimeoutError`` naming the function and limit) and tells the agent to drop them.
-``submit_many`` sends several tasks in one frame (the pool batches what it has queued).
+Sends are made in the caller's thread. Replies are read by the process's one wire loop
+(remote/wire_loop.py), which serves every node connection and fires every task deadline (a
+task past its timeout fails with ``TimeoutError`` naming the function and limit, and the agent
+is told to drop it). ``submit_many`` sends several tasks in one frame (the pool batches what it
+has queued).
+
+On the wire loop runs only bookkeeping: taking a finished task from the pending ones, ``pace``,
+``on_results`` (the dispatcher's wake-up), and resolving a small result's future when nothing
+else of this connection is queued and no done-callback is attached. Everything that may wait
+or run user code goes to the connection's ``callback_lanes.Lane``, in arrival order:
+``on_output`` (the user's sink), ``on_metrics`` and ``on_started`` (event subscribers),
+``on_preemption`` and ``on_lost`` (the pool takes the node out of service: fencing over SSH,
+replacement, re-sending its tasks), futures with done-callbacks or large or failed results, and
+timed-out tasks (their failure and the ``Cancel`` sent to the agent).
 
 A task sent and not finished is *pending* here and belongs to this client. When the connection
 breaks (the reader sees it end, or a send fails), every pending task is taken exactly once and
@@ -12,7 +23,6 @@ handed to ``on_lost``; the client never retries anything itself: the pool decide
 from __future__ import annotations
 
 import contextvars
-import heapq
 import itertools
 import threading
 import time
@@ -21,12 +31,12 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyward_iac.api.errors import NodeConnectionError, RemoteError, SkywardError
+from skyward_iac.api.errors import NodeConnectionError, SkywardError
 from skyward_iac.node import protocol
+from skyward_iac.node.frame_decoder import Frame
 from skyward_iac.node.messages import (
     Cancel,
     Configure,
-    Failure,
     MetricSamples,
     Output,
     PreemptionNotice,
@@ -36,10 +46,17 @@ from skyward_iac.node.messages import (
     Welcome,
 )
 from skyward_iac.node.protocol import ByteStream
+from skyward_iac.remote.callback_lanes import Lane
+from skyward_iac.remote.deadlines import Deadlines
 from skyward_iac.remote.pacing import Pace
+from skyward_iac.remote.remote_errors import rebuild_exception
+from skyward_iac.remote.wire_loop import Reading, wire_loop
+from skyward_iac.remote.wire_streams import wire_stream
 
 #: Called with the node index, the tasks that were pending when its connection broke, and why.
 OnLost = Callable[[int, list["Submission"], str], Any]
+#: A result's pickle at most this large is unpickled on the wire loop (when nothing waits).
+INLINE_MAX = 65536
 
 
 @dataclass(eq=False)
@@ -77,7 +94,8 @@ class AgentClient:
         self._on_output = on_output
         #: Called once per broken connection with the tasks it had pending (see module doc).
         self.on_lost = on_lost
-        #: Called after each frame of results is resolved (the pool's dispatcher waits on it).
+        #: Called after each frame of results is taken (the pool's dispatcher waits on it); it
+        #: runs on the wire loop, so it must only wake someone up.
         self.on_results: Callable[[], Any] | None = None
         #: Called with the node index and a submission when a worker starts it.
         self.on_started: Callable[[int, Submission], Any] | None = None
@@ -90,13 +108,20 @@ class AgentClient:
         self.pace = Pace()
         self._pending: dict[int, Submission] = {}
         self._pending_lock = threading.Lock()
-        self._deadlines: list[tuple[float, int, float]] = []
-        self._deadline_wakeup = threading.Condition()
+        self._loop = wire_loop()
+        self._deadlines = Deadlines(self._loop, lambda: self._pending, self._take, self._timed_out)
         self._closed = False
+        self._lane = Lane()
         self.welcome = self._handshake(token)
-        threading.Thread(target=self._read_results, name=f"agent-{node}-reader", daemon=True).start()
-        threading.Thread(target=self._expire_deadlines, name=f"agent-{node}-deadlines",
-                         daemon=True).start()
+        self._wire = wire_stream(stream)
+        reading = Reading(self._wire, self._frames, self._ended) if self._wire else None
+        if reading is None:
+            # No file descriptor to watch (a test double): a thread of its own reads it.
+            threading.Thread(target=self._read_blocking, name=f"agent-{node}-reader",
+                             daemon=True).start()
+        else:
+            self._channel = protocol.Channel(stream, writer=reading.stream)
+            self._loop.register(reading)
 
     def _handshake(self, token: str) -> Welcome:
         """Send the token; the agent's ``Welcome``, refused when it speaks another protocol."""
@@ -178,28 +203,36 @@ class AgentClient:
             self._broken(f"sending {names} failed: {exc}")
 
     def _add_deadlines(self, tasks: list[Task]) -> None:
-        now = time.monotonic()
-        deadlines = [(now + t.timeout, t.task_id, t.timeout) for t in tasks if t.timeout is not None]
-        if not deadlines:
-            return
-        with self._deadline_wakeup:
-            if len(self._deadlines) > 2 * len(self._pending) + 4096:
-                # Deadlines of finished tasks linger until they pass: drop them in bulk.
-                self._deadlines = [d for d in self._deadlines if d[1] in self._pending]
-                heapq.heapify(self._deadlines)
-            earliest_before = self._deadlines[0][0] if self._deadlines else None
-            for deadline in deadlines:
-                heapq.heappush(self._deadlines, deadline)
-            # The deadline thread sleeps until the earliest deadline: wake it only if that moved.
-            if earliest_before is None or self._deadlines[0][0] < earliest_before:
-                self._deadline_wakeup.notify()
+        timed = [(t.task_id, t.timeout) for t in tasks if t.timeout is not None]
+        if timed:
+            self._deadlines.add(timed)
+
+    def _timed_out(self, due: list[tuple[Submission, float]]) -> None:
+        """On the loop: tasks past their deadline (taken already); the lane fails them."""
+        self._lane.run(self._fail_timed_out, due)
+
+    def _fail_timed_out(self, due: list[tuple[Submission, float]]) -> None:
+        for entry, limit in due:
+            fail([entry], TimeoutError(
+                f"{entry.name} did not finish within its timeout of {limit:g}s on node "
+                f"{self.node} (task {entry.task_id})"))
+            try:
+                self._channel.send(Cancel(entry.task_id))
+            except OSError:
+                pass
 
     def close(self) -> list[Submission]:
         """Close the connection; returns the tasks still pending (unresolved: the caller
         decides what becomes of them). ``on_lost`` is not called for a close."""
         taken = self._shut()
-        self._channel.close()
+        self._close_stream()
         return taken or []
+
+    def _close_stream(self) -> None:
+        if self._wire is not None:
+            self._loop.detach(self._wire)  # the loop lets go of it, then closes it
+        else:
+            self._channel.close()
 
     def _shut(self) -> list[Submission] | None:
         """Mark the connection closed and take every pending task; None when it was closed
@@ -210,8 +243,7 @@ class AgentClient:
             self._closed = True
             taken, self._pending = list(self._pending.values()), {}
             self.pace.holding.clear()
-        with self._deadline_wakeup:
-            self._deadline_wakeup.notify()
+        self._deadlines.close()
         return taken
 
     def _take(self, task_id: int) -> Submission | None:
@@ -228,7 +260,7 @@ class AgentClient:
         if lost is None:
             return
         try:
-            self._channel.close()
+            self._close_stream()
         except OSError:
             pass
         if self.on_lost is not None:
@@ -236,51 +268,87 @@ class AgentClient:
         else:
             fail(lost, NodeConnectionError(f"node {self.node}: {reason}"))
 
-    def _read_results(self) -> None:
-        try:
-            while True:
-                resolved = False
-                for message in self._channel.receive():
-                    if isinstance(message, Result):
-                        self._resolve(message)
-                        resolved = True
-                    elif isinstance(message, Started):
-                        started = self._pending.get(message.task_id)
-                        if started is not None:
-                            self._started(started)
-                    elif isinstance(message, Output) and self._on_output is not None:
-                        self._output(message)
-                    elif isinstance(message, MetricSamples) and self.on_metrics is not None:
-                        self.on_metrics(self.node, message.samples)
-                    elif isinstance(message, PreemptionNotice) and self.on_preemption is not None:
-                        self.on_preemption(self.node, message)
-                if resolved and self.on_results is not None:
-                    self.on_results()
-        except (protocol.ConnectionClosed, OSError, EOFError) as exc:
-            self._broken(f"agent connection lost: {exc}")
-        except protocol.ProtocolError as exc:
-            self._broken(f"the agent broke the protocol: {exc}")
+    def _read_blocking(self) -> None:
+        """The reader of a stream the loop cannot watch; tells what it reads as the loop would."""
+        while True:
+            try:
+                frame = protocol.read_frame_with_buffers(self._channel.stream)
+                self._frames([frame])
+            except Exception as exc:  # noqa: BLE001 - the connection is over, whatever it was
+                self._ended(exc)
+                return
 
-    def _output(self, message: Output) -> None:
+    def _ended(self, exc: BaseException) -> None:
+        """On the loop: the connection ended; the lane hands its pending tasks to ``on_lost``
+        (after whatever it read before)."""
+        if isinstance(exc, protocol.ProtocolError):
+            reason = f"the agent broke the protocol: {exc}"
+        elif isinstance(exc, OSError | EOFError):
+            reason = f"agent connection lost: {exc}"
+        else:
+            reason = f"the agent sent what cannot be read: {exc!r}"
+        self._lane.run(self._broken, reason)
+
+    def _frames(self, frames: list[Frame]) -> None:
+        """On the loop: what the agent sent (see the module doc for what runs where)."""
+        taken = False
+        for frame in frames:
+            for message in protocol.unbatch(protocol.message_of(*frame)):
+                if isinstance(message, Result):
+                    taken = self._result(message) or taken
+                    continue
+                entry = self._pending.get(getattr(message, "task_id", -1))
+                if isinstance(message, Started):
+                    if entry is not None:
+                        self._started(entry)
+                elif isinstance(message, Output) and self._on_output is not None:
+                    self._lane.run(self._output, message, entry and entry.context)
+                elif isinstance(message, MetricSamples) and self.on_metrics is not None:
+                    self._lane.run(self.on_metrics, self.node, message.samples)
+                elif isinstance(message, PreemptionNotice) and self.on_preemption is not None:
+                    self._lane.run(self.on_preemption, self.node, message)
+        if taken and self.on_results is not None:
+            self.on_results()
+
+    def _result(self, result: Result) -> bool:
+        """Take ``result``'s task and resolve its future here or on the lane; False when it
+        was not pending (timed out already)."""
+        entry = self._take(result.task_id)
+        if entry is None:
+            return False
+        self.pace.record(entry.name, elapsed=time.monotonic() - entry.sent_at,
+                         duration=result.duration, sent_idle=entry.sent_idle)
+        entry.duration = result.duration
+        # A short task's Started travels as its Result: tell ``on_started`` first, as it came.
+        announce = not entry.started and self.on_started is not None
+        entry.started = True
+        if (self._lane.idle and result.failure is None and len(result.value or b"") <= INLINE_MAX
+                and not getattr(entry.future, "_done_callbacks", True)):
+            # The round trip's fast path: nothing of this connection is queued before it and
+            # nobody's callback runs on resolving it (``_done_callbacks`` is CPython's list of
+            # them; its absence counts as callbacks). A pool's futures have done-callbacks when
+            # anyone listens to its events, so ``on_started`` after it reorders nothing seen.
+            self._resolve(entry, result)
+            if announce:
+                self._lane.run(self.on_started, self.node, entry)
+            return True
+        if announce:
+            self._lane.run(self.on_started, self.node, entry)
+        self._lane.run(self._resolve, entry, result)
+        return True
+
+    def _output(self, message: Output, context: contextvars.Context | None) -> None:
         assert self._on_output is not None
-        entry = self._pending.get(message.task_id)
-        if entry is not None and entry.context is not None:
+        if context is not None:
             # Under the cell that submitted the task, in a notebook.
-            entry.context.run(self._on_output, self.node, message.stream, message.text)
+            context.run(self._on_output, self.node, message.stream, message.text)
         else:
             self._on_output(self.node, message.stream, message.text)
 
-    def _resolve(self, result: Result) -> None:
-        entry = self._take(result.task_id)
-        if entry is None:
-            return  # timed out already
-        self.pace.record(entry.name, elapsed=time.monotonic() - entry.sent_at,
-                         duration=result.duration, sent_idle=entry.sent_idle)
+    def _resolve(self, entry: Submission, result: Result) -> None:
         future, name = entry.future, entry.name
         if future.done():
             return  # cancelled by its caller
-        entry.duration = result.duration
-        self._started(entry)  # a short task's Started travels as its Result
         outcome: BaseException | None = None
         value: Any = None
         if result.failure is not None:
@@ -308,32 +376,11 @@ class AgentClient:
             pass  # cancelled meanwhile
 
     def _started(self, submission: Submission) -> None:
+        """On the loop: mark ``submission`` started; ``on_started`` is told on the lane."""
         if not submission.started:
             submission.started = True
             if self.on_started is not None:
-                self.on_started(self.node, submission)
-
-    def _expire_deadlines(self) -> None:
-        while not self._closed:
-            with self._deadline_wakeup:
-                while not self._closed and (
-                    not self._deadlines or self._deadlines[0][0] > time.monotonic()
-                ):
-                    wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else None
-                    self._deadline_wakeup.wait(wait)
-                if self._closed:
-                    return
-                _, task_id, limit = heapq.heappop(self._deadlines)
-            entry = self._take(task_id)
-            if entry is None:
-                continue
-            fail([entry], TimeoutError(
-                f"{entry.name} did not finish within its timeout of {limit:g}s on node "
-                f"{self.node} (task {task_id})"))
-            try:
-                self._channel.send(Cancel(task_id))
-            except OSError:
-                pass
+                self._lane.run(self.on_started, self.node, submission)
 
 
 def fail(submissions: list[Submission], error: BaseException) -> None:
@@ -348,26 +395,3 @@ def fail(submissions: list[Submission], error: BaseException) -> None:
             submission.future.set_exception(error)
         except InvalidStateError:
             pass  # already done or cancelled
-
-
-def rebuild_exception(failure: Failure, node: int) -> Exception:
-    """The remote exception with its type when it can be rebuilt, else a ``RemoteError``;
-    either way the remote traceback is attached (as a note and ``remote_traceback``).
-
-    Always an ``Exception``: a task's ``SystemExit``, ``KeyboardInterrupt`` or
-    ``GeneratorExit`` comes back as a ``RemoteError`` naming it, never as an exit or an
-    interrupt of the client."""
-    exc: object = None
-    if failure.exception is not None:
-        try:
-            exc = protocol.loads(failure.exception)
-        except Exception:
-            exc = None
-    if not isinstance(exc, Exception):
-        exc = RemoteError(failure.type_name, failure.message, failure.traceback)
-    exc.add_note(f"\nRemote traceback (node {node}):\n{failure.traceback.rstrip()}")
-    try:
-        exc.remote_traceback = failure.traceback  # type: ignore[attr-defined]
-    except AttributeError:
-        pass
-    return exc

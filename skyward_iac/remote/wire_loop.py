@@ -1,0 +1,270 @@
+"""One thread that reads every node connection of the client and fires every task deadline.
+
+A pool used to hold two threads per node (a reader blocked in ``recv`` and a deadline sleeper);
+now the process holds one ``WireLoop`` whatever the number of nodes and pools: a ``selectors``
+selector over every connection, and a heap of timers. It is process-wide rather than per pool
+because nothing in it belongs to a pool (the connections of several pools, a health probe's
+client, are served alike) and a process then has one such thread, not one per pool.
+
+Rules that keep one slow node from stalling the others:
+
+- reads never block (remote/wire_streams.py) and frames are decoded as bytes arrive
+  (node/frame_decoder.py): a node that sends half a frame and stops only holds its own decoder;
+- a connection gets at most ``READS_PER_TURN`` reads before the others are served: a huge frame
+  arriving fast is read in turns with everyone else's results;
+- what the loop calls (``on_frames``, ``on_end``, timers) only does bookkeeping; anything that
+  may wait is handed to a ``callback_lanes.Lane`` by the caller (remote/agent_client.py).
+
+The thread is a daemon (it never keeps a process alive) and is started by the first
+connection; a forked child starts its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from skyward_iac.node import protocol
+from skyward_iac.node.frame_decoder import Frame, FrameDecoder
+from skyward_iac.remote.callback_lanes import Lane, PerProcess
+from skyward_iac.remote.wire_streams import WireStream
+
+log = logging.getLogger(__name__)
+
+#: Reads of one connection before the others get theirs (each at most 1 MiB).
+READS_PER_TURN = 4
+#: Seconds ``close`` waits for the loop to let go of a connection before closing it anyway.
+_DETACH_WAIT = 5.0
+
+
+@dataclass(eq=False)
+class Reading:
+    """A connection the loop serves: its stream, its decoder and whom it tells."""
+
+    stream: WireStream
+    on_frames: Callable[[list[Frame]], Any]
+    #: Called once with why the connection ended (``protocol.ConnectionClosed``, an
+    #: ``OSError`` or a ``protocol.ProtocolError``), after the loop let go of it.
+    on_end: Callable[[BaseException], Any]
+    decoder: FrameDecoder = field(default_factory=FrameDecoder)
+
+
+class Timer:
+    """A call the loop makes at a monotonic time, unless cancelled first."""
+
+    __slots__ = ("call", "cancelled")
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call, self.cancelled = call, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class WireLoop:
+    """The selector thread (see the module doc). Every method may be called from any thread."""
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._calls: deque[Callable[[], Any]] = deque()
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._order = itertools.count()
+        self._woken = False
+        self._again: set[Reading] = set()
+        self._readings: dict[WireStream, Reading] = {}
+        self.thread = threading.Thread(target=self._run, name="skyward-wire", daemon=True)
+        self.thread.start()
+
+    # ---- what callers ask ---------------------------------------------------------------------
+
+    def register(self, reading: Reading) -> None:
+        """Serve ``reading`` from now on (its stream is read at once: bytes may wait already)."""
+        self.call_soon(lambda: self._register(reading))
+
+    def detach(self, stream: WireStream) -> None:
+        """Stop serving ``stream`` and close it; returns once closed (the selector must let go
+        of a file descriptor before it is closed and perhaps reused)."""
+        if threading.current_thread() is self.thread:
+            self._detach(stream)
+            return
+        done = threading.Event()
+
+        def detach() -> None:
+            try:
+                self._detach(stream)
+            finally:
+                done.set()
+
+        self.call_soon(detach)
+        if not done.wait(_DETACH_WAIT):
+            log.warning("the wire loop did not let go of a connection in %gs", _DETACH_WAIT)
+            stream.close()
+
+    def call_at(self, when: float, call: Callable[[], Any]) -> Timer:
+        """Call ``call()`` on the loop at monotonic time ``when``."""
+        timer = Timer(call)
+        with self._lock:
+            earliest = self._timers[0][0] if self._timers else None
+            heapq.heappush(self._timers, (when, next(self._order), timer))
+            wake = earliest is None or when < earliest
+        if wake:
+            self._wake()
+        return timer
+
+    def call_soon(self, call: Callable[[], Any]) -> None:
+        with self._lock:
+            self._calls.append(call)
+        self._wake()
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if threading.current_thread() is self.thread:
+            return  # it looks at its calls and timers before it waits again
+        with self._lock:
+            if self._woken:
+                return
+            self._woken = True
+        try:
+            self._wake_w.send(b"\0")
+        except BlockingIOError:
+            pass  # already full of wake-ups
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._turn()
+            except Exception:  # the loop serves everyone: it must not die
+                log.exception("wire loop")
+
+    def _turn(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, deque()
+        for call in calls:
+            self._safely(call)
+        timeout = 0.0 if self._again or self._calls else self._until_next_timer()
+        ready = self._again
+        self._again = set()
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                self._drain_wakeups()
+            else:
+                ready.add(key.data)
+        for reading in ready:
+            if reading.stream in self._readings:
+                self._serve(reading)
+        self._fire_timers()
+
+    def _until_next_timer(self) -> float | None:
+        with self._lock:
+            if not self._timers:
+                return None
+            return max(0.0, self._timers[0][0] - time.monotonic())
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        # Only now: a wake-up sent while draining would be lost with the bytes drained. A call
+        # posted before this is run by the next turn, which starts with the calls.
+        with self._lock:
+            self._woken = False
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        while True:
+            with self._lock:
+                if not self._timers or self._timers[0][0] > now:
+                    return
+                _, _, timer = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                self._safely(timer.call)
+
+    def _register(self, reading: Reading) -> None:
+        try:
+            self._selector.register(reading.stream.fileno(), selectors.EVENT_READ, reading)
+        except (OSError, ValueError, KeyError) as exc:
+            self._safely(partial(reading.on_end, OSError(f"cannot watch the connection: {exc}")))
+            return
+        self._readings[reading.stream] = reading
+        self._again.add(reading)
+
+    def _detach(self, stream: WireStream) -> None:
+        self._unregister(stream)
+        if stream.close_may_wait:
+            Lane().run(stream.close)  # an SSH channel's close message may wait on its transport
+            return
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+    def _unregister(self, stream: WireStream) -> Reading | None:
+        reading = self._readings.pop(stream, None)
+        if reading is not None:
+            self._again.discard(reading)
+            try:
+                self._selector.unregister(reading.stream.fileno())
+            except (OSError, ValueError, KeyError):
+                # Closed under us: find it by its registration instead of its fd.
+                for key in list(self._selector.get_map().values()):
+                    if key.data is reading:
+                        self._selector.unregister(key.fileobj)
+        return reading
+
+    def _serve(self, reading: Reading) -> None:
+        """Read what ``reading`` has (a few reads at most), hand over the frames completed."""
+        stream, decoder = reading.stream, reading.decoder
+        try:
+            for _ in range(READS_PER_TURN):
+                count = stream.recv_into(decoder.buffer())
+                if count is None:
+                    decoder.filled(0)
+                    break
+                if count == 0:
+                    decoder.filled(0)
+                    end = "in the middle of a frame" if decoder.mid_frame else "by peer"
+                    raise protocol.ConnectionClosed(f"connection closed {end}")
+                frames = decoder.filled(count)
+                if frames:
+                    reading.on_frames(frames)
+            else:
+                self._again.add(reading)  # more may be there: after the others' turn
+                return
+            if stream.buffered():
+                self._again.add(reading)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, this connection is over
+            self._unregister(stream)
+            self._safely(partial(reading.on_end, exc))
+
+    @staticmethod
+    def _safely(call: Callable[[], Any]) -> None:
+        try:
+            call()
+        except Exception:  # the loop serves everyone: it must not die
+            log.exception("wire loop callback %r failed", call)
+
+
+_shared = PerProcess(WireLoop)
+
+
+def wire_loop() -> WireLoop:
+    """The process's wire loop, started on first use (a forked child starts its own)."""
+    return _shared.get()
