@@ -17,7 +17,7 @@ import pytest
 
 from skyward_iac.cli import main
 from skyward_iac.infra.stacks.stack import ClusterStack
-from tests.helpers import stack_processes, stack_sandboxes
+from tests.helpers import stack_processes, stack_sandboxes, stored_resource_count
 
 pytestmark = pytest.mark.chaos
 CHILD = Path(__file__).with_name("child_pool.py")
@@ -241,7 +241,9 @@ def test_an_elastic_pool_grows_under_a_burst_and_shrinks_when_idle() -> None:
                 sizes.append(pool.current_nodes())
                 time.sleep(0.1)
 
-        sampler = threading.Thread(target=sample)
+        # A daemon: when an assertion below fails, the sampler is never told to stop, and
+        # a thread that samples forever kept the failed test's process from exiting.
+        sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         totals = pool.map(lambda _: nap(1.5), range(12))
         assert max(sizes) == 3, sizes
@@ -253,8 +255,7 @@ def test_an_elastic_pool_grows_under_a_burst_and_shrinks_when_idle() -> None:
         sampler.join()
         assert pool.current_nodes() == 1, "the idle pool did not shrink to its floor"
         # Nodes leave service first; the stack update that deletes them follows.
-        while ClusterStack.select(pool.stack_name).resource_count() != 3 and \
-                time.monotonic() < deadline:
+        while stored_resource_count(pool.stack_name) != 3 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert ClusterStack.select(pool.stack_name).resource_count() == 3  # creds, pki, 1 node
         stack = pool.stack_name

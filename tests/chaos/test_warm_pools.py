@@ -23,6 +23,7 @@ from skyward_iac.infra.stacks.tags import ended_of
 from skyward_iac.orchestration import warm
 from tests.agent_process import connections_to
 from tests.chaos.test_lifecycle_chaos import ROOT, skyward_iac, wait_until_gone
+from tests.helpers import stored_resource_count
 
 pytestmark = pytest.mark.chaos
 CHILD = Path(__file__).with_name("warm_child.py")
@@ -83,7 +84,9 @@ def test_the_next_equal_pool_adopts_the_warm_nodes_and_a_different_one_does_not(
     # Issue 29 item 9: its uptime is the stack's age (since the first pool), not the few
     # seconds of the adopter's own life.
     assert third_started - first_done <= float(third["UP"]), (third, third_started - first_done)
-    wait(lambda: ClusterStack.select(stack).resource_count() == 0, 60, "not destroyed")
+    # Waited on from the checkpoint (no engine start a look), then asked of the engine once.
+    wait(lambda: stored_resource_count(stack) == 0, 60, "not destroyed")
+    assert ClusterStack.select(stack).resource_count() == 0
     wait_until_gone(stack, 30)
     wait(lambda: not keepers(), 30, f"keepers left: {keepers()}")
 
@@ -181,8 +184,9 @@ def test_one_adopter_at_a_time() -> None:
     adopted = [r for r in results if r["ADOPTED"] == "True"]
     assert len(adopted) == 1 and adopted[0]["STACK"] == first["STACK"], results
     for result in results:
-        wait(lambda r=result: ClusterStack.select(r["STACK"]).resource_count() == 0, 60,
+        wait(lambda r=result: stored_resource_count(r["STACK"]) == 0, 60,
              f"{result['STACK']} not destroyed")
+        assert ClusterStack.select(result["STACK"]).resource_count() == 0
 
 
 def test_an_unclaimed_warm_pool_is_destroyed_when_keep_warm_runs_out() -> None:
@@ -190,7 +194,8 @@ def test_an_unclaimed_warm_pool_is_destroyed_when_keep_warm_runs_out() -> None:
     first = open_pool(1, keep_warm=20, mark="unclaimed")
     stack = first["STACK"]
     assert ClusterStack.select(stack).resource_count() > 0
-    wait(lambda: ClusterStack.select(stack).resource_count() == 0, 90, "never destroyed")
+    wait(lambda: stored_resource_count(stack) == 0, 90, "never destroyed")
+    assert ClusterStack.select(stack).resource_count() == 0
     wait_until_gone(stack, 30)
     handle = ClusterStack.select(stack)
     message, ended = handle.history()[0].message or "", ended_of(handle.tags())

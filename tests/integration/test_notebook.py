@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 
 from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.processes import is_alive
-from tests.helpers import stack_processes, stack_sandboxes
+from tests.helpers import stack_processes, stack_sandboxes, stored_resource_count
 from tests.integration.notebook_kernel import Kernel, ipython_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,13 +35,13 @@ def ipython(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def wait_until_gone(stack: str, timeout: float = 60) -> None:
     """No resource in the stack, no process and no sandbox of its nodes (fails after timeout)."""
     deadline = time.monotonic() + timeout
-    while stack_processes(stack) or stack_sandboxes(stack) \
-            or ClusterStack.select(stack).resource_count():
+    while stack_processes(stack) or stack_sandboxes(stack) or stored_resource_count(stack):
         if time.monotonic() > deadline:
             raise AssertionError(f"{stack} still there after {timeout}s: pids "
                                  f"{stack_processes(stack)}, sandboxes {stack_sandboxes(stack)}, "
-                                 f"{ClusterStack.select(stack).resource_count()} resource(s)")
+                                 f"{stored_resource_count(stack)} resource(s)")
         time.sleep(0.25)
+    assert ClusterStack.select(stack).resource_count() == 0  # the engine's view, once
 
 
 def reapers_of(pid: int) -> list[int]:

@@ -22,6 +22,7 @@ from skyward_iac.cli import main
 from skyward_iac.infra.stacks import home
 from skyward_iac.infra.stacks.stack import ClusterStack, list_records
 from skyward_iac.orchestration import plan_file
+from tests.helpers import stored_resource_count
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,9 +190,10 @@ def test_two_applies_at_once_apply_the_plan_once(tmp_path: Path) -> None:
     first = plan_file.first_applier((u.kind, u.message or "") for u in history)
     assert first is not None and document["digest"] in first
     deadline = time.monotonic() + 180  # the winner's keeper destroys it after --keep-warm
-    while ClusterStack.select(stack).resource_count():
+    while stored_resource_count(stack):  # the checkpoint: no engine start a look
         assert time.monotonic() < deadline, "the applied pool was never destroyed"
         time.sleep(2)
+    assert ClusterStack.select(stack).resource_count() == 0
 
 
 def test_an_unapplied_plan_expires_and_gc_removes_its_stack(tmp_path: Path) -> None:
