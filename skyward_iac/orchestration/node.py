@@ -18,6 +18,7 @@ from skyward_iac.api.accelerators import vendor_of
 from skyward_iac.api.options import Options
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.api.spec import Spec
+from skyward_iac.infra.clouds import cloud
 from skyward_iac.node.messages import PreemptionNotice
 from skyward_iac.observability.events import (
     BootstrapConsole,
@@ -77,6 +78,7 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         if wanted == client_minor:
             python = sys.executable  # same machine: use this very interpreter, no discovery
     image = spec.image
+    bind = cloud(spec.provider.kind).data_bind(address.private_address)
     return BootstrapPlan(
         node=address.index, workdir=address.workdir, python=python, uv=uv,
         pip=image.pip,
@@ -93,10 +95,11 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         executor=options.worker.resolved_executor,
         fresh_processes=not options.worker.reuse_processes,
         etcd=etcd if address.index == 0 else None,
-        # Local nodes only for now: clouds' firewalls do not open the port yet. A node whose
-        # port cannot be used is reached through the SSH tunnel (remote/data_port.py).
-        data_port=DataPortPlan(address.private_address, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
-        if local and image_ref is None and etcd is not None else None,
+        # Where the provider's firewall lets the client in (Cloud.data_bind: Local, the node's
+        # loopback; AWS and GCP, the fixed port their rules open from the SSH range). Not in a
+        # container yet. A node whose port cannot be used is reached through the SSH tunnel.
+        data_port=DataPortPlan(bind, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
+        if bind is not None and image_ref is None and etcd is not None else None,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,

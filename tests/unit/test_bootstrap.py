@@ -222,3 +222,18 @@ def test_the_node_keeps_a_redacted_copy_of_the_bootstrap_output(tmp_path: Path) 
     assert "https://***@idx.example/simple" in kept and "to stderr" in kept
     assert "s3cret" not in kept and "s3cret" not in process.stdout
     assert "https://***@idx.example/simple" in process.stdout  # the client still sees it
+
+
+def test_each_provider_binds_its_agents_data_port_where_its_firewall_lets_the_client_in() -> None:
+    from skyward_iac.node.data_port import CLOUD_BIND
+    from skyward_iac.remote.bootstrap import EtcdServerPlan
+
+    etcd = EtcdServerPlan("10.0.0.5", "CA", "CERT", "KEY")
+    for provider in (sky.AWS(), sky.GCP(project="p")):
+        plan = plan_for(ADDRESS, sky.Spec(provider=provider), sky.Options(), etcd)
+        assert plan.data_port is not None and plan.data_port.bind == CLOUD_BIND
+        assert f"--data-bind {CLOUD_BIND}" in step_body(plan, "agent")
+    local = plan_for(ADDRESS, sky.Spec(provider=sky.Local()), sky.Options(), etcd)
+    assert local.data_port is not None and local.data_port.bind == ADDRESS.private_address
+    # No PKI (cluster=False): no data port; the agent is reached through the SSH tunnel.
+    assert plan_for(ADDRESS, sky.Spec(provider=sky.AWS()), sky.Options()).data_port is None
