@@ -77,3 +77,26 @@ def test_engine_env_never_downloads_and_uses_the_file_backend() -> None:
     assert env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
     assert env["PULUMI_BACKEND_URL"] == f"file://{home.state_dir()}"
     assert env["PATH"].split(os.pathsep)[0] == str(engine.find_engine().launcher_dir)
+
+
+def test_a_binarys_version_is_read_once_while_the_file_is_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pulumi version` ran in every process that used the engine (0.2-0.4 CPU-s each): the
+    version is kept beside the home's caches and read again only when the file changed."""
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path / "home"))
+    runs = tmp_path / "runs"
+    binary = tmp_path / "bin" / "pulumi"
+    binary.parent.mkdir()
+    binary.write_text(f"#!/bin/sh\necho run >> {runs}\necho v3.999.0\n")
+    binary.chmod(0o755)
+
+    def ran() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    assert engine._version_of(binary) == "3.999.0" and ran() == 1
+    assert engine._version_of(binary) == "3.999.0" and ran() == 1  # from the cache
+    binary.write_text(f"#!/bin/sh\necho run >> {runs}\necho v3.1000.1\n")  # a new build
+    assert engine._version_of(binary) == "3.1000.1" and ran() == 2
+    (tmp_path / "home" / "cache" / "engine-versions.json").write_text("{not json")
+    assert engine._version_of(binary) == "3.1000.1" and ran() == 3  # unreadable: asked again
+    assert engine._version_of(tmp_path / "bin" / "missing") is None

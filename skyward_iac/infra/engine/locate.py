@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -49,6 +50,50 @@ class Engine:
 
 
 def _version_of(binary: Path) -> str | None:
+    """``binary``'s version: as an earlier process read it while the file is the same one
+    (inode, size, modification and change times), else by running ``pulumi version`` (0.2-0.4
+    CPU-s, in every process that uses the engine: each CLI command, each pool script)."""
+    try:
+        stat = binary.stat()
+    except OSError:
+        return None
+    identity = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    known = _known_versions()
+    entry = known.get(str(binary))
+    if isinstance(entry, dict) and entry.get("file") == identity and entry.get("version"):
+        return str(entry["version"])
+    version = _run_version(binary)
+    if version:
+        _remember_versions({**known, str(binary): {"file": identity, "version": version}})
+    return version
+
+
+def _versions_file() -> Path:
+    return home.skyward_home() / "cache" / "engine-versions.json"
+
+
+def _known_versions() -> dict[str, object]:
+    try:
+        known = json.loads(_versions_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _remember_versions(known: dict[str, object]) -> None:
+    """Write the versions file whole (a rename: a concurrent reader sees the old or the new;
+    a concurrent writer's entry may be lost, and is read from its binary again)."""
+    target = _versions_file()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        scratch.write_text(json.dumps(known, sort_keys=True))
+        os.replace(scratch, target)
+    except OSError:
+        pass  # a cache: the next process asks the binary again
+
+
+def _run_version(binary: Path) -> str | None:
     # No timeout: `pulumi version` reads no network here (PULUMI_SKIP_UPDATE_CHECK) and ends at
     # once, and a timed wait polls with sleeps, which a clock shim can break (libfaketime with
     # a real monotonic clock fails Python's absolute-deadline sleep with EINVAL).
