@@ -1,0 +1,315 @@
+"""A kept argument reaches a node's workers as a sealed memfd, mapped privately by each task.
+
+The agent keeps a shared argument (node/buffer_cache.py) as the buffer it arrived in. The first
+task that carries it gets its bytes as before (relayed as they arrive, node/relay.py). When a
+later task refers to it, ``Kept.memfd`` copies the bytes once into a memfd and seals it (no
+write, grow or shrink, by anyone, ever), and the buffer it arrived in is let go. From then on a
+worker is sent the memfd's descriptor (``SCM_RIGHTS`` on a socket pair of its own, the *maps*
+socket, beside the frames' one) and a ``Mapped`` in the task in place of the bytes; the worker
+maps it ``MAP_PRIVATE`` when the task starts (``leased``): no copy, the pages are the memfd's
+until a task writes one (copy on write), so a task that changes its argument changes only its
+own copy and never what the next task sees.
+
+Mapping 100 MB afresh for every task costs its page faults and unmapping, 40-70 ms here (more
+than summing it): so when a task is done, its mapping serves the next task on the same memfd
+if no page of it was written (``/proc/self/pagemap`` says which pages are the task's own
+copies) and nothing refers to it any more (a view or an array the result holds would keep a
+reference), checked in 5-10 ms per 100 MB. Only one task uses a mapping at a time. A worker
+keeps at most ``IDLE_KEPT`` such mappings, each at most ``IDLE_SECONDS`` after its last task,
+so memory of an argument the agent forgot (evicted, or its client gone) is let go soon after.
+
+What is left, and what it costs: the one copy into the memfd (100 MB in 0.1-0.25 s on the
+2 loaded cores here), once per argument and node; a fresh mapping's faults when no clean one
+is at hand; nothing per task on the wire.
+
+Why a socket of its own: descriptors travel with bytes, and the frames' socket is read by
+``recv_into`` into buffers, which would drop them. On the maps socket every record is 8 bytes
+(the ``Mapped`` serial) with one descriptor, sent just before the frame that needs it and read
+by the worker as it unpacks that frame; the worker checks the serials match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import fcntl
+import itertools
+import mmap
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from skyward_iac.node import protocol
+from skyward_iac.node.messages import Task
+from skyward_iac.node.shared_refs import Mapped
+
+#: One record on the maps socket: the serial of the ``Mapped`` its descriptor is for.
+RECORD = struct.Struct("!Q")
+_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+#: The maps socket's buffers: room for far more records than tasks a worker is sent ahead.
+_SOCKET_BUFFER = 1 << 20
+#: A worker keeps at most this many clean mappings of kept buffers for later tasks...
+IDLE_KEPT = 4
+#: ... each for at most this long after its last task.
+IDLE_SECONDS = 2.0
+
+
+class Kept:
+    """A buffer an agent keeps for its client's later tasks: the buffer it arrived in, until a
+    second task needs it; from then on a sealed memfd (``memfd``)."""
+
+    __slots__ = ("__weakref__", "_fd", "_lock", "_origin", "_source", "size")
+
+    def __init__(self, source: Any) -> None:
+        with memoryview(source) as view:
+            self.size = view.nbytes
+            #: What the bytes are read into (an ``relay.Arriving`` while they still come).
+            self._origin = view.obj
+        self._source: Any = source
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def lost(self) -> bool:
+        """Whether its bytes will never all arrive (the client left mid-frame)."""
+        return self._fd is None and bool(getattr(self._origin, "lost", False))
+
+    def memfd(self) -> int:
+        """The sealed memfd holding the bytes, made on the first call: it waits for the bytes
+        still arriving (``relay.SourceLost`` if they never will) and copies them once."""
+        with self._lock:
+            if self._fd is None:
+                fd = os.memfd_create("skyward-kept", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+                try:
+                    os.ftruncate(fd, self.size)
+                    # protocol.send waits for a buffer still arriving and writes it as it comes.
+                    protocol.send(_FileWriter(fd), [self._source])
+                    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd = fd
+                weakref.finalize(self, os.close, fd)
+                self._source = self._origin = None  # the arrival buffer goes with its tasks
+            return self._fd
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError("a kept buffer goes to a worker as a memfd (buffer_maps.MapsSender)")
+
+
+class _FileWriter:
+    """``sendall`` as ``protocol.send`` calls it, writing a file from its start."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def sendall(self, data: bytes | memoryview, /) -> None:
+        with memoryview(data) as view:
+            written = 0
+            while written < view.nbytes:
+                written += os.write(self.fd, view[written:])
+
+
+class MapsSender:
+    """The agent's end of one worker's maps socket."""
+
+    def __init__(self) -> None:
+        self.socket, self._theirs = socket.socketpair()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER)
+        self._serials = itertools.count(1)
+
+    def worker_fd(self) -> int:
+        """The worker's end, to pass to it (``--maps-fd``); ``started`` closes it here."""
+        return self._theirs.fileno()
+
+    def started(self) -> None:
+        """The worker has its end: the agent lets go of it."""
+        self._theirs.close()
+
+    def close(self) -> None:
+        self.socket.close()
+        self._theirs.close()
+
+    def for_worker(self, tasks: Sequence[Task]) -> Sequence[Task]:
+        """``tasks`` as the worker is sent them: each kept buffer a ``Mapped`` whose memfd is
+        sent now, on the maps socket, ahead of the frame (``OSError`` if the worker is gone,
+        ``relay.SourceLost`` if a kept buffer never arrived)."""
+        if not any(isinstance(b, Kept) for task in tasks for b in task.buffers):
+            return tasks
+        return [self._mapped(task) for task in tasks]
+
+    def _mapped(self, task: Task) -> Task:
+        if not any(isinstance(b, Kept) for b in task.buffers):
+            return task
+        buffers: list[Any] = []
+        for buffer in task.buffers:
+            if isinstance(buffer, Kept):
+                serial = next(self._serials)
+                socket.send_fds(self.socket, [RECORD.pack(serial)], [buffer.memfd()])
+                buffer = Mapped(serial, buffer.size)
+            buffers.append(buffer)
+        return dataclasses.replace(task, buffers=tuple(buffers))
+
+
+class MapsReceiver:
+    """A worker's end of its maps socket: a task's ``Mapped`` buffers become ``MappedFile``s as
+    it is received, and mappings while it runs (``leased``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.socket = socket.socket(fileno=fd)
+        self._lock = threading.Lock()
+        #: Per memfd (inode): a mapping no task uses, none wrote and nothing refers to, for the
+        #: next task on it, and since when it is idle (monotonic); least recently used first.
+        self._idle: OrderedDict[int, tuple[_Mapping, float]] = OrderedDict()
+        self._reaping = False
+        self._pagemap = _open_pagemap()
+
+    def resolve(self, task: Task) -> Task:
+        """``task`` with each ``Mapped`` replaced by its memfd (a ``MappedFile``);
+        ``ProtocolError`` if the maps socket does not hold what the task says."""
+        if not any(isinstance(b, Mapped) for b in task.buffers):
+            return task
+        return dataclasses.replace(task, buffers=tuple(
+            self._receive(b) if isinstance(b, Mapped) else b for b in task.buffers))
+
+    def _receive(self, ref: Mapped) -> MappedFile:
+        data, fds, _, _ = socket.recv_fds(self.socket, RECORD.size, 1)
+        if len(data) != RECORD.size or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise protocol.ProtocolError("the maps socket ended or broke a record")
+        (serial,) = RECORD.unpack(data)
+        size = os.fstat(fds[0]).st_size
+        if serial != ref.serial or size != ref.size:
+            os.close(fds[0])
+            raise protocol.ProtocolError(f"a task wants mapped buffer {ref.serial} ({ref.size} "
+                                         f"bytes), the maps socket gave {serial} ({size} bytes)")
+        return MappedFile(self, fds[0], size)
+
+    def _take(self, file: MappedFile) -> _Mapping:
+        with self._lock:
+            idle = self._idle.pop(file.inode, None)
+        if idle is not None:
+            return idle[0]
+        # Private: the task's writes copy the pages they touch, and stay its own.
+        return _Mapping(mmap.mmap(file.fd, file.size, flags=mmap.MAP_PRIVATE,
+                                  prot=mmap.PROT_READ | mmap.PROT_WRITE), file.inode)
+
+    def _give_back(self, mapping: _Mapping) -> None:
+        """A task is done with ``mapping``: kept for the next task on the same memfd if nothing
+        refers to it any more and no page of it was written (else let go: unmapped when its
+        last view goes), for ``IDLE_SECONDS`` at most: the agent may have let go of the memfd,
+        whose memory this mapping holds."""
+        with self._lock:
+            if (mapping.inode in self._idle or not mapping.unreferenced()
+                    or not self._clean(mapping)):
+                return
+            self._idle[mapping.inode] = (mapping, time.monotonic())
+            while len(self._idle) > IDLE_KEPT:
+                self._idle.popitem(last=False)
+            if not self._reaping:
+                self._reaping = True
+                threading.Thread(target=self._reap, name="maps-reaper", daemon=True).start()
+
+    def _reap(self) -> None:
+        """Let idle mappings go once ``IDLE_SECONDS`` old; ends when none is left."""
+        while True:
+            time.sleep(IDLE_SECONDS / 4)
+            with self._lock:
+                old = time.monotonic() - IDLE_SECONDS
+                for inode in [i for i, (_, since) in self._idle.items() if since < old]:
+                    del self._idle[inode]
+                if not self._idle:
+                    self._reaping = False
+                    return
+
+    def _clean(self, mapping: _Mapping) -> bool:
+        """Whether no page of ``mapping`` is the task's own copy (``/proc/self/pagemap``: a
+        page written since mapping is anonymous, or swapped); unreadable: not clean."""
+        if self._pagemap is None:
+            return False
+        first, pages = mapping.address // _PAGE, -(-mapping.size // _PAGE)
+        try:
+            entries = os.pread(self._pagemap, pages * 8, first * 8)
+        except OSError:
+            return False
+        return len(entries) == pages * 8 and 1 not in entries[7::8].translate(_OWN_COPY)
+
+
+class MappedFile:
+    """A kept buffer a worker received for a task: its memfd, mapped when the task starts."""
+
+    __slots__ = ("__weakref__", "fd", "inode", "receiver", "size")
+
+    def __init__(self, receiver: MapsReceiver, fd: int, size: int) -> None:
+        self.receiver, self.fd, self.size = receiver, fd, size
+        self.inode = os.fstat(fd).st_ino
+        weakref.finalize(self, os.close, fd)
+
+
+class _Mapping:
+    """A private mapping of a memfd, and where it is."""
+
+    __slots__ = ("address", "inode", "map", "size")
+
+    def __init__(self, mapped: mmap.mmap, inode: int) -> None:
+        self.map, self.inode, self.size = mapped, inode, len(mapped)
+        pointer = ctypes.c_char.from_buffer(mapped)
+        self.address = ctypes.addressof(pointer)
+        del pointer  # its export of the mapping ends here
+
+    def unreferenced(self) -> bool:
+        """Whether nothing but this object refers to the mapping (no array, view or result of
+        a task): every buffer exported from it holds a reference to it."""
+        return sys.getrefcount(self.map) <= _ALONE
+
+
+#: What ``sys.getrefcount`` says of an object held by one attribute alone (the attribute's
+#: reference and the call's own).
+_ALONE = 2
+
+
+@contextlib.contextmanager
+def leased(buffers: Sequence[Any]) -> Iterator[list[Any]]:
+    """A task's buffers with each ``MappedFile`` mapped, for the task's run; afterwards each
+    mapping is kept for the next task on the same memfd when that is safe (see
+    ``MapsReceiver._give_back``). The caller drops its references to them by the end."""
+    if not any(isinstance(b, MappedFile) for b in buffers):
+        yield list(buffers)
+        return
+    taken: list[_Mapping] = []
+    ready: list[Any] = []
+    for buffer in buffers:
+        if isinstance(buffer, MappedFile):
+            taken.append(buffer.receiver._take(buffer))
+            ready.append(taken[-1].map)
+        else:
+            ready.append(buffer)
+    try:
+        yield ready
+    finally:
+        ready.clear()
+        receivers = [b.receiver for b in buffers if isinstance(b, MappedFile)]
+        for receiver, mapping in zip(receivers, taken, strict=True):
+            receiver._give_back(mapping)
+
+
+def _open_pagemap() -> int | None:
+    try:
+        return os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+_PAGE = mmap.PAGESIZE
+#: A pagemap entry's top byte (little-endian) -> 1 when its page is the task's own copy:
+#: swapped (bit 62), or present (63) and not a page of the file (61).
+_OWN_COPY = bytes(1 if b & 0x40 or (b & 0x80 and not b & 0x20) else 0 for b in range(256))
