@@ -153,28 +153,32 @@ class WireLoop:
                 log.exception("wire loop")
 
     def _turn(self) -> None:
-        with self._lock:
-            calls, self._calls = self._calls, deque()
-        for call in calls:
-            self._safely(call)
-        timeout = 0.0 if self._again or self._calls else self._until_next_timer()
-        ready = self._again
-        self._again = set()
-        for key, _ in self._selector.select(timeout):
-            if key.data is None:
+        # The round trip's path: every line here is paid once per result, so the common case
+        # (one connection readable, no calls, no timer due) takes no lock and builds nothing.
+        # Timers and calls are read without the lock: one added meanwhile wakes the selector.
+        if self._calls:
+            with self._lock:
+                calls, self._calls = self._calls, deque()
+            for call in calls:
+                self._safely(call)
+        timers = self._timers
+        if self._again or self._calls:
+            timeout: float | None = 0.0
+        else:
+            timeout = max(0.0, timers[0][0] - time.monotonic()) if timers else None
+        events = self._selector.select(timeout)
+        again, self._again = self._again, set()
+        for key, _ in events:
+            reading = key.data
+            if reading is None:
                 self._drain_wakeups()
-            else:
-                ready.add(key.data)
-        for reading in ready:
+            elif reading not in again and reading.stream in self._readings:
+                self._serve(reading)
+        for reading in again:
             if reading.stream in self._readings:
                 self._serve(reading)
-        self._fire_timers()
-
-    def _until_next_timer(self) -> float | None:
-        with self._lock:
-            if not self._timers:
-                return None
-            return max(0.0, self._timers[0][0] - time.monotonic())
+        if timers and timers[0][0] <= time.monotonic():
+            self._fire_timers()
 
     def _drain_wakeups(self) -> None:
         try:
@@ -234,7 +238,9 @@ class WireLoop:
         stream, decoder = reading.stream, reading.decoder
         try:
             for _ in range(READS_PER_TURN):
-                count = stream.recv_into(decoder.buffer())
+                view = decoder.buffer()
+                room = len(view)
+                count = stream.recv_into(view)
                 if count is None:
                     decoder.filled(0)
                     break
@@ -245,6 +251,8 @@ class WireLoop:
                 frames = decoder.filled(count)
                 if frames:
                     reading.on_frames(frames)
+                if count < room:
+                    break  # the kernel had no more (TLS: see ``buffered``); spare a futile read
             else:
                 self._again.add(reading)  # more may be there: after the others' turn
                 return
