@@ -23,7 +23,7 @@ from typing import Any
 from skyward_iac.api.errors import SkywardError
 from skyward_iac.node.buffer_maps import Kept
 from skyward_iac.node.messages import Task
-from skyward_iac.node.shared_refs import DIGEST_SIZE, Keep, Use
+from skyward_iac.node.shared_refs import DIGEST_SIZE, IN_BAND, Keep, Mapped, Use
 
 log = logging.getLogger("skyward.agent")
 
@@ -68,7 +68,7 @@ class BufferCache:
         """``task`` with its ``Keep`` and ``Use`` replaced by the buffers they stand for (a
         ``Kept`` for a use). Every ``Keep`` takes effect, even when the task then fails:
         ``SharedArgumentError`` for a reference to a digest this connection does not hold."""
-        if not any(isinstance(b, Keep | Use) for b in task.buffers):
+        if not any(isinstance(b, IN_BAND) for b in task.buffers):
             return task
         buffers: list[Any] = []
         missing: list[str] = []
@@ -76,6 +76,8 @@ class BufferCache:
             if isinstance(buffer, Keep):
                 self._keep(buffer)
                 buffer = buffer.buffer
+            elif isinstance(buffer, Mapped):  # the agent's to its workers, never a client's
+                missing.append("a client's task cannot carry a Mapped buffer")
             elif isinstance(buffer, Use):
                 digest = buffer.digest
                 kept = self._kept.get(digest) if isinstance(digest, bytes) else None

@@ -14,7 +14,7 @@ Two steps, both on the client:
   caller may change its array as soon as the call is made) copies a buffer only if no live
   snapshot has the same digest; equal bytes share one, so 64 calls on one 100 MB array hold
   one copy, not 64.
-- Sending (``SharedBuffers.for_agent``, one per agent connection): the first task to carry a
+- Sending (``send``; a ``SharedBuffers`` per agent connection): the first task to carry a
   digest sends its bytes with ``Keep`` (node/shared_refs.py); later ones send ``Use(digest)``.
   The client alone decides what the agent keeps: a byte budget per connection
   (``SKYWARD_SHARED_BUDGET``, 1 GiB by default, never more than the agent's cap from
@@ -226,3 +226,27 @@ class SharedBuffers:
             self.used -= held
             evicted.append(name)
         return tuple(evicted)
+
+
+#: Each agent connection's ``SharedBuffers``, by its channel (they go together).
+_connections: weakref.WeakKeyDictionary[Any, SharedBuffers] = weakref.WeakKeyDictionary()
+
+
+def of(channel: Any, welcome: Any = None) -> SharedBuffers:
+    """The ``SharedBuffers`` of the agent connection ``channel`` is, made on first use with
+    this client's budget within the cap its agent told in ``welcome`` (none: nothing kept)."""
+    with _snapshots_lock:
+        shared = _connections.get(channel)
+        if shared is None:
+            cap = getattr(welcome, "shared_cap", 0)
+            shared = _connections[channel] = SharedBuffers(min(client_budget(), cap))
+        return shared
+
+
+def send(channel: Any, tasks: Sequence[Task], welcome: Any) -> None:
+    """Send ``tasks`` in one frame on ``channel`` (a ``protocol.Channel`` to the agent that
+    said ``welcome``), each large argument as its bytes, a ``Keep`` or a ``Use``: given and sent
+    under one lock, so the agent reads them in the order the references assume."""
+    shared = of(channel, welcome)
+    with shared.lock:
+        channel.send_many(shared.for_agent(tasks))
