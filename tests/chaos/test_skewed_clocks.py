@@ -20,7 +20,7 @@ import skyward_iac as sky
 from skyward_iac.infra.stacks.home import local_nodes_dir
 from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration import heartbeat
-from tests.chaos.skewed_beats import stamp_like_the_old_client
+from tests.chaos.skewed_beats import OLD_CLIENT, stamp_like_the_old_client
 from tests.chaos.test_lifecycle_chaos import Child, skyward_iac, wait_until_gone
 
 pytestmark = pytest.mark.chaos
@@ -42,6 +42,8 @@ def test_a_client_clock_120s_behind_keeps_a_busy_ttl30_pool_for_45s(
     """The must-show of issue 29: before, such a client's nodes stopped themselves again and
     again (every beat looked 120 s old to a watchdog with a 30 s ttl)."""
     monkeypatch.setattr(heartbeat, "_write_beat", stamp_like_the_old_client(-120))
+    for owner, name, replacement in OLD_CLIENT:  # over SFTP for the pool's life, as it did
+        monkeypatch.setattr(owner, name, replacement)
     seen: list[sky.Event] = []
 
     @sky.function
