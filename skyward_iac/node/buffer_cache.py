@@ -68,8 +68,8 @@ class BufferCache:
         """``task`` with its ``Keep`` and ``Use`` replaced by the buffers they stand for (a
         ``Kept`` for a use). Every ``Keep`` takes effect, even when the task then fails:
         ``SharedArgumentError`` for a reference to a digest this connection does not hold."""
-        if not any(isinstance(b, IN_BAND) for b in task.buffers):
-            return task
+        if not task.buffers or not any(isinstance(b, IN_BAND) for b in task.buffers):
+            return task  # most tasks: nothing to look at
         buffers: list[Any] = []
         missing: list[str] = []
         for buffer in task.buffers:

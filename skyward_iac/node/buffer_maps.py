@@ -6,7 +6,7 @@ later task refers to it, ``Kept.memfd`` copies the bytes once into a memfd and s
 write, grow or shrink, by anyone, ever), and the buffer it arrived in is let go. From then on a
 worker is sent the memfd's descriptor (``SCM_RIGHTS`` on a socket pair of its own, the *maps*
 socket, beside the frames' one) and a ``Mapped`` in the task in place of the bytes; the worker
-maps it ``MAP_PRIVATE`` when the task starts (``leased``): no copy, the pages are the memfd's
+maps it ``MAP_PRIVATE`` when the task starts (``Lease``): no copy, the pages are the memfd's
 until a task writes one (copy on write), so a task that changes its argument changes only its
 own copy and never what the next task sees.
 
@@ -30,7 +30,6 @@ by the worker as it unpacks that frame; the worker checks the serials match.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import fcntl
@@ -44,7 +43,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from skyward_iac.node import protocol
@@ -161,7 +160,7 @@ class MapsSender:
 
 class MapsReceiver:
     """A worker's end of its maps socket: a task's ``Mapped`` buffers become ``MappedFile``s as
-    it is received, and mappings while it runs (``leased``)."""
+    it is received, and mappings while it runs (``Lease``)."""
 
     def __init__(self, fd: int) -> None:
         self.socket = socket.socket(fileno=fd)
@@ -175,8 +174,8 @@ class MapsReceiver:
     def resolve(self, task: Task) -> Task:
         """``task`` with each ``Mapped`` replaced by its memfd (a ``MappedFile``);
         ``ProtocolError`` if the maps socket does not hold what the task says."""
-        if not any(isinstance(b, Mapped) for b in task.buffers):
-            return task
+        if not task.buffers or not any(isinstance(b, Mapped) for b in task.buffers):
+            return task  # most tasks: nothing to look at
         return dataclasses.replace(task, buffers=tuple(
             self._receive(b) if isinstance(b, Mapped) else b for b in task.buffers))
 
@@ -277,29 +276,36 @@ class _Mapping:
 _ALONE = 2
 
 
-@contextlib.contextmanager
-def leased(buffers: Sequence[Any]) -> Iterator[list[Any]]:
+class Lease:
     """A task's buffers with each ``MappedFile`` mapped, for the task's run; afterwards each
     mapping is kept for the next task on the same memfd when that is safe (see
-    ``MapsReceiver._give_back``). The caller drops its references to them by the end."""
-    if not any(isinstance(b, MappedFile) for b in buffers):
-        yield list(buffers)
-        return
-    taken: list[_Mapping] = []
-    ready: list[Any] = []
-    for buffer in buffers:
-        if isinstance(buffer, MappedFile):
-            taken.append(buffer.receiver._take(buffer))
-            ready.append(taken[-1].map)
-        else:
-            ready.append(buffer)
-    try:
-        yield ready
-    finally:
-        ready.clear()
-        receivers = [b.receiver for b in buffers if isinstance(b, MappedFile)]
-        for receiver, mapping in zip(receivers, taken, strict=True):
+    ``MapsReceiver._give_back``). The caller drops its references to them by the end. A class,
+    not a generator: every task of a worker goes through it, most with nothing to map."""
+
+    __slots__ = ("_buffers", "_ready", "_taken")
+
+    def __init__(self, buffers: Sequence[Any]) -> None:
+        self._buffers = buffers
+        self._ready: list[Any] = []
+        self._taken: list[tuple[MapsReceiver, _Mapping]] = []
+
+    def __enter__(self) -> Sequence[Any]:
+        buffers = self._buffers
+        if not buffers or not any(isinstance(b, MappedFile) for b in buffers):
+            return buffers
+        for buffer in buffers:
+            if isinstance(buffer, MappedFile):
+                mapping = buffer.receiver._take(buffer)
+                self._taken.append((buffer.receiver, mapping))
+                buffer = mapping.map
+            self._ready.append(buffer)
+        return self._ready
+
+    def __exit__(self, *_: object) -> None:
+        self._ready.clear()
+        for receiver, mapping in self._taken:
             receiver._give_back(mapping)
+        self._taken.clear()
 
 
 def _open_pagemap() -> int | None:

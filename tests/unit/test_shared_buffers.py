@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from skyward_iac.node.buffer_maps import Kept, MapsReceiver, MapsSender, leased
+from skyward_iac.node.buffer_maps import Kept, Lease, MapsReceiver, MapsSender
 from skyward_iac.node.messages import Task
 from skyward_iac.node.shared_refs import Keep, Use
 from skyward_iac.remote import shared_buffers
@@ -107,16 +107,16 @@ def test_a_worker_maps_a_kept_buffer_privately(maps: tuple[Any, Any]) -> None:
     kept = Kept(bytearray(data))
     first, second, third = _received(maps, kept, 3)
     # Weak references only: a task's mapping is reused only if nothing else refers to it.
-    with leased(first.buffers) as (mapping,):
+    with Lease(first.buffers) as (mapping,):
         mapping[:4] = b"\0\0\0\0"  # the first task writes its argument
         written = weakref.ref(mapping)
         del mapping
     assert written() is None  # let go, never used again
-    with leased(second.buffers) as (mapping,):
+    with Lease(second.buffers) as (mapping,):
         assert bytes(mapping) == data  # the second sees the kept bytes
         clean = weakref.ref(mapping)
         del mapping
-    with leased(third.buffers) as (mapping,):
+    with Lease(third.buffers) as (mapping,):
         assert mapping is clean()  # one no task wrote or holds serves the next task on it
         del mapping
     assert os.fstat(kept.memfd()).st_size == len(data)
@@ -127,11 +127,11 @@ def test_a_worker_maps_a_kept_buffer_privately(maps: tuple[Any, Any]) -> None:
 def test_a_mapping_a_result_still_refers_to_is_not_reused(maps: tuple[Any, Any]) -> None:
     kept = Kept(bytearray(_array(2)))
     first, second = _received(maps, kept, 2)
-    with leased(first.buffers) as (mapping,):
+    with Lease(first.buffers) as (mapping,):
         view = memoryview(mapping)[:16]  # what a task's result could hold
         held = weakref.ref(mapping)
         del mapping
-    with leased(second.buffers) as (mapping,):
+    with Lease(second.buffers) as (mapping,):
         assert held() is not None and mapping is not held()
     view.release()
 
