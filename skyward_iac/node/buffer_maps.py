@@ -71,7 +71,7 @@ class Kept:
         with memoryview(source) as view:
             self.size = view.nbytes
             #: What the bytes are read into (an ``relay.Arriving`` while they still come).
-            self._origin = view.obj
+            self._origin: Any = view.obj
         self._source: Any = source
         self._fd: int | None = None
         self._lock = threading.Lock()
@@ -109,6 +109,9 @@ class _FileWriter:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+
+    def recv(self, size: int, /) -> bytes:  # a ByteStream's; never called
+        raise OSError("a memfd being filled is not read")
 
     def sendall(self, data: bytes | memoryview, /) -> None:
         with memoryview(data) as view:
