@@ -31,8 +31,10 @@ DIRECT_CHUNK = 1 << 20
 class FrameDecoder:
     """Incremental frame reader of one connection (see the module doc); one thread uses it."""
 
-    def __init__(self) -> None:
-        self._scratch = bytearray(SCRATCH)
+    def __init__(self, scratch: bytearray | None = None) -> None:
+        #: Where small reads land before they are staged: shareable by every decoder that one
+        #: thread drives (the wire loop's), since ``filled`` moves the bytes out at once.
+        self._scratch = scratch if scratch is not None else bytearray(SCRATCH)
         self._staged = bytearray()
         self._frames: list[Frame] = []
         #: The piece being read straight into (a large payload or an out-of-band buffer).

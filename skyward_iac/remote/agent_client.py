@@ -31,7 +31,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyward_iac.api.errors import NodeConnectionError, SkywardError
+from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.node import protocol
 from skyward_iac.node.frame_decoder import Frame
 from skyward_iac.node.messages import (
@@ -46,10 +46,10 @@ from skyward_iac.node.messages import (
     Welcome,
 )
 from skyward_iac.node.protocol import ByteStream
-from skyward_iac.remote.callback_lanes import Lane
+from skyward_iac.remote.callback_lanes import Lane, call_back
 from skyward_iac.remote.deadlines import Deadlines
+from skyward_iac.remote.outcomes import outcome_of
 from skyward_iac.remote.pacing import Pace
-from skyward_iac.remote.remote_errors import rebuild_exception
 from skyward_iac.remote.wire_loop import Reading, wire_loop
 from skyward_iac.remote.wire_streams import wire_stream
 
@@ -324,15 +324,25 @@ class AgentClient:
         # A short task's Started travels as its Result: tell ``on_started`` first, as it came.
         announce = not entry.started and self.on_started is not None
         entry.started = True
+        condition = getattr(entry.future, "_condition", None)
         if (self._lane.idle and result.failure is None and len(result.value or b"") <= INLINE_MAX
-                and not getattr(entry.future, "_done_callbacks", True)):
-            # The round trip's fast path: nothing of this connection is queued before it and
-            # nobody's callback runs on resolving it (``_done_callbacks`` is CPython's list of
-            # them; its absence counts as callbacks). ``on_started`` too runs here then (see
-            # its attribute): a hand-off per task cost 10-20% of a round trip.
-            if announce:
-                self.on_started(self.node, entry)  # type: ignore[misc]
-            self._resolve(entry, result)
+                and condition is not None):
+            # The round trip's fast path: nothing of this connection is queued before it, so
+            # the waiter is woken from here; the future's done-callbacks (``_done_callbacks``,
+            # CPython's, taken under its ``_condition`` so none is added meanwhile) run on the
+            # lane. ``on_started`` runs here when there are none (see its attribute): a
+            # hand-off per task cost 10-20% of a round trip.
+            with condition:
+                if entry.future.done():
+                    return True  # cancelled by its caller: its callbacks ran already
+                callbacks, entry.future._done_callbacks = entry.future._done_callbacks, []  # type: ignore[attr-defined]
+                if announce and callbacks:
+                    self._lane.run(self.on_started, self.node, entry)
+                elif announce:
+                    self.on_started(self.node, entry)  # type: ignore[misc]
+                self._resolve(entry, result)
+            if callbacks:
+                self._lane.run(call_back, entry.future, callbacks)
             return True
         if announce:
             self._lane.run(self.on_started, self.node, entry)
@@ -351,24 +361,7 @@ class AgentClient:
         future, name = entry.future, entry.name
         if future.done():
             return  # cancelled by its caller
-        outcome: BaseException | None = None
-        value: Any = None
-        if result.failure is not None:
-            outcome = rebuild_exception(result.failure, self.node)
-        else:
-            try:
-                value = protocol.loads(result.value or b"", result.buffers)
-            except ModuleNotFoundError as exc:
-                outcome = SkywardError(
-                    f"the result of {name} from node {self.node} needs module {exc.name!r}, "
-                    f"which is not installed on this client: install it here to receive this "
-                    f"result"
-                )
-            except Exception as exc:
-                outcome = SkywardError(
-                    f"the result of {name} from node {self.node} cannot be unpickled here: "
-                    f"{exc!r}"
-                )
+        value, outcome = outcome_of(result, name, self.node)
         try:
             if outcome is None:
                 future.set_result(value)

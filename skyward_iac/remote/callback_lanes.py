@@ -16,6 +16,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,15 @@ class Lane:
                 call(*args)
             except Exception:  # one failing callback must not stop the lane
                 log.exception("callback %r failed", call)
+
+
+def call_back(future: Future[Any], callbacks: list[Callable[[Future[Any]], Any]]) -> None:
+    """Run the done-callbacks taken from a future resolved elsewhere, as ``Future`` would."""
+    for callback in callbacks:
+        try:
+            callback(future)
+        except Exception:
+            log.exception("exception calling callback for %r", future)
 
 
 class PerProcess(Generic[T]):

@@ -30,12 +30,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from skyward_iac.node import protocol
-from skyward_iac.node.frame_decoder import Frame, FrameDecoder
+from skyward_iac.node.frame_decoder import SCRATCH, Frame, FrameDecoder
 from skyward_iac.remote.callback_lanes import Lane, PerProcess
 from skyward_iac.remote.wire_streams import WireStream
 
@@ -56,7 +56,8 @@ class Reading:
     #: Called once with why the connection ended (``protocol.ConnectionClosed``, an
     #: ``OSError`` or a ``protocol.ProtocolError``), after the loop let go of it.
     on_end: Callable[[BaseException], Any]
-    decoder: FrameDecoder = field(default_factory=FrameDecoder)
+    #: Set by the loop when it registers the connection (its decoders share one scratch).
+    decoder: FrameDecoder | None = None
 
 
 class Timer:
@@ -87,6 +88,7 @@ class WireLoop:
         self._woken = False
         self._again: set[Reading] = set()
         self._readings: dict[WireStream, Reading] = {}
+        self._scratch = bytearray(SCRATCH)
         self.thread = threading.Thread(target=self._run, name="skyward-wire", daemon=True)
         self.thread.start()
 
@@ -207,6 +209,7 @@ class WireLoop:
         except (OSError, ValueError, KeyError) as exc:
             self._safely(partial(reading.on_end, OSError(f"cannot watch the connection: {exc}")))
             return
+        reading.decoder = FrameDecoder(self._scratch)
         self._readings[reading.stream] = reading
         self._again.add(reading)
 
@@ -236,6 +239,7 @@ class WireLoop:
     def _serve(self, reading: Reading) -> None:
         """Read what ``reading`` has (a few reads at most), hand over the frames completed."""
         stream, decoder = reading.stream, reading.decoder
+        assert decoder is not None
         try:
             for _ in range(READS_PER_TURN):
                 view = decoder.buffer()

@@ -266,3 +266,28 @@ def test_tls_sends_from_several_threads_while_the_loop_reads_big_results(
             assert not failures and not client.closed
         finally:
             client.close()
+
+
+def test_a_blocking_done_callback_runs_off_the_loop_and_holds_up_no_one() -> None:
+    release, threads = threading.Event(), []
+    pairs = [_welcomed() for _ in range(2)]
+    first, second = (AgentClient(ours, TOKEN, node=i) for i, (ours, _) in enumerate(pairs))
+    try:
+        blocked = first.submit("f", b"x", None)
+        blocked.add_done_callback(lambda f: (threads.append(threading.current_thread().name),
+                                             release.wait(WAIT)))
+        other = second.submit("g", b"x", None)
+        for _, peer in pairs:
+            protocol.send(peer, protocol.encode(Result(1, protocol.dumps("done"))))
+        # The waiter is woken at once, while its callback still blocks on a callback thread.
+        assert blocked.result(WAIT) == "done" and other.result(WAIT) == "done"
+        deadline = time.monotonic() + WAIT
+        while not threads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert threads and threads[0].startswith("skyward-callbacks")
+    finally:
+        release.set()
+        first.close()
+        second.close()
+        for _, peer in pairs:
+            peer.close()
