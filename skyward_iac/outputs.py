@@ -49,10 +49,19 @@ class ClusterOutputs:
     ssh_private_key: str
     agent_token: str
     etcd: EtcdMaterial | None = None
+    #: The stack's certificates when it runs no etcd (``cluster=False``): only the agents'
+    #: data port uses them. None when ``etcd`` is set (the same material) or the stack has none.
+    pki: EtcdMaterial | None = None
     volume_keys: Mapping[int, VolumeKeys] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # the secrets never reach a log line
         return f"ClusterOutputs(nodes={self.nodes!r})"
+
+    @property
+    def certificates(self) -> EtcdMaterial | None:
+        """The stack's PKI (CA, server and client pairs), with or without etcd: what the
+        agents' data port presents and demands. None for a stack without one."""
+        return self.etcd if self.etcd is not None else self.pki
 
     def node(self, index: int) -> NodeAddress:
         """The address of node ``index`` (``KeyError`` when the stack does not declare it)."""
@@ -73,12 +82,13 @@ def parse_outputs(outputs: Mapping[str, Any]) -> ClusterOutputs:
         )
         for n in outputs["nodes"].value
     )
-    etcd = outputs.get("etcd")
+    etcd, pki = outputs.get("etcd"), outputs.get("pki")
     return ClusterOutputs(
         nodes=nodes,
         ssh_private_key=outputs["ssh_private_key"].value,
         agent_token=outputs["agent_token"].value,
         etcd=EtcdMaterial(**etcd.value) if etcd is not None else None,
+        pki=EtcdMaterial(**pki.value) if pki is not None else None,
         volume_keys=keys_from_outputs(
             outputs["volume_keys"].value if "volume_keys" in outputs else None),
     )

@@ -27,7 +27,7 @@ from skyward_iac.observability.events import (
     InstanceBootstrapped,
 )
 from skyward_iac.orchestration.identity import PoolIdentity
-from skyward_iac.outputs import ClusterOutputs, NodeAddress
+from skyward_iac.outputs import ClusterOutputs, EtcdMaterial, NodeAddress
 from skyward_iac.remote import container as docker
 from skyward_iac.remote import data_port, ssh
 from skyward_iac.remote.agent_client import AgentClient, OnLost, Submission
@@ -60,11 +60,14 @@ def local_network_env() -> dict[str, str]:
 
 def plan_for(address: NodeAddress, spec: Spec, options: Options,
              etcd: EtcdServerPlan | None = None, volumes: MountPlan | None = None,
-             includes: IncludesArchive | None = None) -> BootstrapPlan:
+             includes: IncludesArchive | None = None,
+             pki: EtcdMaterial | None = None) -> BootstrapPlan:
     """How to bootstrap ``address`` for ``spec``: interpreter, uv, packages, env, slots.
 
     ``includes``: the Image's includes already packed (a pool packs them once, so every node,
-    replacements included, gets the same code); packed here when not given."""
+    replacements included, gets the same code); packed here when not given. ``pki``: the
+    stack's certificates (``ClusterOutputs.certificates``), whose server pair the agent's data
+    port presents; etcd's when not given."""
     client_minor = f"{sys.version_info.major}.{sys.version_info.minor}"
     wanted = client_minor if spec.image.python == "auto" else spec.image.python
     uv: str | None = None
@@ -98,8 +101,7 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         # Where the provider's firewall lets the client in (Cloud.data_bind: Local, the node's
         # loopback; AWS and GCP, the fixed port their rules open from the SSH range). Not in a
         # container yet. A node whose port cannot be used is reached through the SSH tunnel.
-        data_port=DataPortPlan(bind, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
-        if bind is not None and image_ref is None and etcd is not None else None,
+        data_port=_data_port_plan(bind, pki, etcd) if image_ref is None else None,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
@@ -111,6 +113,19 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
             binds=tuple(volume.mount for volume in spec.volumes),
             install=not local),
     )
+
+
+def _data_port_plan(bind: str | None, pki: EtcdMaterial | None,
+                    etcd: EtcdServerPlan | None) -> DataPortPlan | None:
+    """The agent's data port where ``bind`` says, presenting the stack's server pair; None
+    where the provider opens none or the stack has no PKI."""
+    if bind is None:
+        return None
+    if pki is not None:
+        return DataPortPlan(bind, pki.ca_pem, pki.server_cert_pem, pki.server_key_pem)
+    if etcd is not None:
+        return DataPortPlan(bind, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
+    return None
 
 
 def _bootstrap_reporters(

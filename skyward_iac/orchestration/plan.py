@@ -172,7 +172,7 @@ class PoolPlan:
         region = None if self.spec.provider.on_this_machine else self.choice.offer.region
         volumes = mount_plan(self.spec.volumes, self.provider, outputs.volume_keys, region=region)
         plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes,
-                        self.includes)
+                        self.includes, outputs.certificates)
         return replace(plan, steps=plan.steps + self.plugin_steps)
 
     def instance_infos(self, outputs: ClusterOutputs) -> dict[int, InstanceInfo]:

@@ -114,7 +114,8 @@ class WarmPool:
             "outputs": {"nodes": [asdict(n) for n in out.nodes],
                         "ssh_private_key": out.ssh_private_key,
                         "agent_token": out.agent_token,
-                        "etcd": asdict(out.etcd) if out.etcd is not None else None},
+                        "etcd": asdict(out.etcd) if out.etcd is not None else None,
+                        "pki": asdict(out.pki) if out.pki is not None else None},
         }
 
     @classmethod
@@ -123,7 +124,8 @@ class WarmPool:
         outputs = ClusterOutputs(
             nodes=tuple(NodeAddress(**n) for n in out["nodes"]),
             ssh_private_key=out["ssh_private_key"], agent_token=out["agent_token"],
-            etcd=EtcdMaterial(**out["etcd"]) if out["etcd"] else None)
+            etcd=EtcdMaterial(**out["etcd"]) if out["etcd"] else None,
+            pki=EtcdMaterial(**out["pki"]) if out.get("pki") else None)
         return cls(data["stack"], outputs, {int(k): v for k, v in data["ports"].items()},
                    data["node_count"], tuple(data["on_demand_nodes"]),
                    data.get("up_since", 0.0), data.get("warm_since", 0.0),

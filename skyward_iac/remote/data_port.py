@@ -85,11 +85,11 @@ def keeps_ssh(path: str, carries_collections: bool) -> bool:
 
 
 def certificate_of(outputs: ClusterOutputs) -> IssuedCertificate | None:
-    """The stack's client certificate, or None when the stack has no PKI (collections off)."""
-    if outputs.etcd is None:
+    """The stack's client certificate, or None when the stack has no PKI (an older stack)."""
+    pki = outputs.certificates
+    if pki is None:
         return None
-    return IssuedCertificate(outputs.etcd.ca_pem, outputs.etcd.client_cert_pem,
-                             outputs.etcd.client_key_pem)
+    return IssuedCertificate(pki.ca_pem, pki.client_cert_pem, pki.client_key_pem)
 
 
 def announced_port(conn: fabric.Connection | NodeSsh, workdir: str,

@@ -117,3 +117,14 @@ def test_a_data_port_the_client_cannot_use_falls_back_to_the_ssh_tunnel(
         assert client.submit("pow", protocol.dumps((pow, (2, 7), {})), timeout=60).result(60) == 128
     finally:
         client.close()
+
+
+def test_a_pool_without_collections_reaches_its_agents_over_the_data_port_too() -> None:
+    options = sky.Options(cluster=False, default_compute_timeout=120)
+    with sky.Compute(provider=sky.Local(), nodes=2, options=options) as bare:
+        for node in bare.nodes:
+            stream = node.agent._channel.stream
+            assert isinstance(stream, ssl.SSLSocket) and stream.version() == "TLSv1.3"
+            # No etcd tunnel to carry: every node's SSH is released once its agent answers.
+            assert node.connection.held_transport is None
+        assert bare.run(checksum(b"no etcd here")) == zlib.crc32(b"no etcd here")

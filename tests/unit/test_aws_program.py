@@ -273,6 +273,16 @@ def test_outputs_parse_like_every_other_provider() -> None:
     assert parsed.agent_token and "PRIVATE KEY" in parsed.ssh_private_key
 
 
+def test_a_pool_without_collections_exports_its_pki_for_the_data_port_and_no_etcd() -> None:
+    _, with_etcd = run(aws_spec(), 1)
+    _, without = run(aws_spec(), 1, collections=False)
+    assert "etcd" in with_etcd and "pki" not in with_etcd
+    assert "pki" in without and "etcd" not in without
+    parsed = _parse_outputs({k: auto.OutputValue(v, k != "nodes") for k, v in without.items()})
+    # No etcd: collections stay off; the PKI serves the agents' data port alone.
+    assert parsed.etcd is None and parsed.pki is not None and parsed.certificates is parsed.pki
+
+
 # -- shared policy: firewall guard, ssh cidr, TTL watchdog --------------------------------------
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.orchestration.node import plan_for
-from skyward_iac.outputs import NodeAddress
+from skyward_iac.outputs import EtcdMaterial, NodeAddress
 from skyward_iac.remote.bootstrap import (
     BootstrapPlan,
     requirement_name,
@@ -235,5 +235,13 @@ def test_each_provider_binds_its_agents_data_port_where_its_firewall_lets_the_cl
         assert f"--data-bind {CLOUD_BIND}" in step_body(plan, "agent")
     local = plan_for(ADDRESS, sky.Spec(provider=sky.Local()), sky.Options(), etcd)
     assert local.data_port is not None and local.data_port.bind == ADDRESS.private_address
-    # No PKI (cluster=False): no data port; the agent is reached through the SSH tunnel.
+    # A stack without etcd (cluster=False) still has its PKI: the data port presents it.
+    pki = EtcdMaterial("CA2", "SCERT", "SKEY", "CCERT", "CKEY")
+    alone = plan_for(ADDRESS, sky.Spec(provider=sky.AWS()), sky.Options(), None, pki=pki)
+    assert alone.etcd is None and alone.data_port is not None
+    assert (alone.data_port.ca_pem, alone.data_port.cert_pem) == ("CA2", "SCERT")
+    # No PKI at all (a stack from before it was always made): the SSH tunnel.
     assert plan_for(ADDRESS, sky.Spec(provider=sky.AWS()), sky.Options()).data_port is None
+    # In a container: the tunnel for now.
+    boxed = sky.Spec(provider=sky.AWS(container_image="python:3.11-slim"))
+    assert plan_for(ADDRESS, boxed, sky.Options(), etcd).data_port is None

@@ -15,23 +15,24 @@ from skyward_iac.infra.programs import ClusterRequest
 
 def cluster_exports(stack_name: str, collections: bool, credentials: StackCredentials,
                     nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``nodes``, ``ssh_private_key``, ``agent_token`` and, with collections, ``etcd``: the
-    certificates of the head node's etcd, issued for the head's private address."""
+    """``nodes``, ``ssh_private_key``, ``agent_token`` and the stack's PKI (``ClusterPKI``,
+    issued for the head's private address and named ``skyward-etcd``): as ``etcd`` with
+    collections (the head runs etcd with it), else as ``pki``, which only the agents' data port
+    uses (mutual TLS between the client and every node's agent)."""
     exports: dict[str, Any] = {
         "nodes": list(nodes),
         "ssh_private_key": credentials.ssh_private_key,
         "agent_token": credentials.agent_token,
     }
-    if collections:
-        pki = ClusterPKI("etcd-pki", stack=stack_name,
-                         server_addresses=[nodes[0]["private_address"]])
-        exports["etcd"] = {
-            "ca_pem": pki.ca_pem,
-            "server_cert_pem": pki.server_cert_pem,
-            "server_key_pem": pki.server_key_pem,
-            "client_cert_pem": pki.client_cert_pem,
-            "client_key_pem": pki.client_key_pem,
-        }
+    # One name whether or not etcd runs: a stack's PKI keeps its URN across both.
+    pki = ClusterPKI("etcd-pki", stack=stack_name, server_addresses=[nodes[0]["private_address"]])
+    exports["etcd" if collections else "pki"] = {
+        "ca_pem": pki.ca_pem,
+        "server_cert_pem": pki.server_cert_pem,
+        "server_key_pem": pki.server_key_pem,
+        "client_cert_pem": pki.client_cert_pem,
+        "client_key_pem": pki.client_key_pem,
+    }
     return exports
 
 

@@ -164,6 +164,9 @@ def _run(program: Callable[[], None], mocks: ProgramMocks) -> dict[str, Any]:
     except RuntimeError:
         # Pulumi's test runner needs a current loop; an earlier asyncio.run() removed it.
         asyncio.set_event_loop(asyncio.new_event_loop())
+    # A fresh root stack each run: set_mocks keeps the one an earlier run made, whose exports
+    # would show through this run's (an export one program makes and another does not).
+    pulumi.runtime.settings.ROOT.set(None)
     pulumi.runtime.set_mocks(mocks, preview=False, monitor=_OptionsMonitor(mocks))
     exported: dict[str, Any] = {}
 
