@@ -311,6 +311,12 @@ def one(nodes: int, tasks: int = MAP_TASKS, explain: bool = False,
                 assert sum(pool.map(noop, range(tasks))) == sum(range(tasks))
             figures["map tasks/s"] = tasks / figures["map s"]
             figures["peak rss"] = peak_rss()
+            # Once the work is done: what the client keeps while a pool of this size lives
+            # (issue 32 goal 3 asks <= 32 threads at any size).
+            steady = client_status()
+            figures["threads steady"] = steady["threads"]
+            figures["rss steady per node"] = (steady["rss"] - before["rss"]) / nodes
+            figures["census steady"] = census()
         finally:
             with measured(figures, "close", sim):
                 fleet.close()

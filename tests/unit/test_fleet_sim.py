@@ -140,7 +140,9 @@ def test_figure_7_measures_and_reports_a_size() -> None:
     assert figures["tasks per frame"] >= 1
     printed = fleet_report.report({2: figures})
     assert printed.startswith("| nodes | connect s |")
-    assert "At 2 nodes the client holds threads:" in printed
+    assert "At 2 nodes, once every node is in service, the client holds threads:" in printed
+    assert "At 2 nodes, after the map, the client holds threads:" in printed
+    assert 0 < figures["threads steady"] <= figures["threads at ready"] + 4
 
 
 def raw_figures(nodes: int, seconds: float, map_seconds: float) -> dict[str, object]:
@@ -149,7 +151,8 @@ def raw_figures(nodes: int, seconds: float, map_seconds: float) -> dict[str, obj
               for what in ("client CPU s", "sim CPU s")}
     return {**phases, "connect s": seconds, "broadcast ms": seconds * 1000, "broadcasts": 5,
             "map s": map_seconds, "map tasks/s": 1000 / map_seconds, "idle s": 5.0,
-            "threads at ready": 3 * nodes, "rss at ready": float(nodes), "fds at ready": nodes,
+            "threads at ready": 3 * nodes, "threads steady": 20, "rss at ready": float(nodes),
+            "fds at ready": nodes,
             "close s": seconds, "threads per node": 3.0, "rss per node": 1.0,
             "fds per node": 1.0, "peak rss": float(nodes), "load average": 1.0,
             "census": {"threads": {"paramiko.Transport": nodes}, "fds": {"socket": nodes}},
