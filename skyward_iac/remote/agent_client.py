@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.node import protocol
@@ -122,7 +122,8 @@ class AgentClient:
             threading.Thread(target=self._read_blocking, name=f"agent-{node}-reader",
                              daemon=True).start()
         else:
-            self._channel = protocol.Channel(stream, writer=reading.stream)
+            # The channel only writes to it (``sendall``): the loop does the reading.
+            self._channel = protocol.Channel(stream, writer=cast(ByteStream, reading.stream))
             self._loop.register(reading)
 
     def _handshake(self, token: str) -> Welcome:
@@ -322,7 +323,7 @@ class AgentClient:
                          duration=result.duration, sent_idle=entry.sent_idle)
         entry.duration = result.duration
         # A short task's Started travels as its Result: tell ``on_started`` first, as it came.
-        announce = not entry.started and self.on_started is not None
+        announce = None if entry.started else self.on_started
         entry.started = True
         condition = getattr(entry.future, "_condition", None)
         if (self._lane.idle and result.failure is None and len(result.value or b"") <= INLINE_MAX
@@ -335,17 +336,18 @@ class AgentClient:
             with condition:
                 if entry.future.done():
                     return True  # cancelled by its caller: its callbacks ran already
-                callbacks, entry.future._done_callbacks = entry.future._done_callbacks, []  # type: ignore[attr-defined]
-                if announce and callbacks:
-                    self._lane.run(self.on_started, self.node, entry)
-                elif announce:
-                    self.on_started(self.node, entry)  # type: ignore[misc]
+                callbacks = entry.future._done_callbacks  # type: ignore[attr-defined]
+                entry.future._done_callbacks = []  # type: ignore[attr-defined]
+                if announce is not None and callbacks:
+                    self._lane.run(announce, self.node, entry)
+                elif announce is not None:
+                    announce(self.node, entry)
                 self._resolve(entry, result)
             if callbacks:
                 self._lane.run(call_back, entry.future, callbacks)
             return True
-        if announce:
-            self._lane.run(self.on_started, self.node, entry)
+        if announce is not None:
+            self._lane.run(announce, self.node, entry)
         self._lane.run(self._resolve, entry, result)
         return True
 

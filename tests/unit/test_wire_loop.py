@@ -84,7 +84,8 @@ def test_the_incremental_decoder_reads_what_the_blocking_reader_reads(chunk: str
         data, frames = _wire(*_sample()[:3]), 3
     decoded = _decode(data, iter(sizes, None))
     # In-band pickles compare the messages with their buffers' bytes.
-    assert [pickle.dumps(m, 5) for m in decoded] == [pickle.dumps(m, 5) for m in _blocking(data, frames)]
+    blocking = _blocking(data, frames)
+    assert [pickle.dumps(m, 5) for m in decoded] == [pickle.dumps(m, 5) for m in blocking]
 
 
 def test_a_large_buffer_is_read_into_its_own_lazily_mapped_buffer() -> None:
