@@ -171,8 +171,21 @@ class MapsReceiver:
         #: Per memfd (inode): a mapping no task uses, none wrote and nothing refers to, for the
         #: next task on it, and since when it is idle (monotonic); least recently used first.
         self._idle: OrderedDict[int, tuple[_Mapping, float]] = OrderedDict()
-        self._reaping = False
+        #: The thread that lets idle mappings go, while there are some.
+        self._reaper: threading.Thread | None = None
         self._pagemap = _open_pagemap()
+
+    def close(self) -> None:
+        """Let every idle mapping go, wait for the thread that watched them, close the socket."""
+        with self._lock:
+            self._idle.clear()
+            reaper = self._reaper
+        if reaper is not None:
+            reaper.join()
+        self.socket.close()
+        if self._pagemap is not None:
+            os.close(self._pagemap)
+            self._pagemap = None
 
     def resolve(self, task: Task) -> Task:
         """``task`` with each ``Mapped`` replaced by its memfd (a ``MappedFile``);
@@ -217,9 +230,10 @@ class MapsReceiver:
             self._idle[mapping.inode] = (mapping, time.monotonic())
             while len(self._idle) > IDLE_KEPT:
                 self._idle.popitem(last=False)
-            if not self._reaping:
-                self._reaping = True
-                threading.Thread(target=self._reap, name="maps-reaper", daemon=True).start()
+            if self._reaper is None:
+                self._reaper = threading.Thread(target=self._reap, name="maps-reaper",
+                                                daemon=True)
+                self._reaper.start()
 
     def _reap(self) -> None:
         """Let idle mappings go once ``IDLE_SECONDS`` old; ends when none is left."""
@@ -230,7 +244,7 @@ class MapsReceiver:
                 for inode in [i for i, (_, since) in self._idle.items() if since < old]:
                     del self._idle[inode]
                 if not self._idle:
-                    self._reaping = False
+                    self._reaper = None
                     return
 
     def _clean(self, mapping: _Mapping) -> bool:

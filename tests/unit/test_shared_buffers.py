@@ -93,7 +93,7 @@ def maps() -> Iterator[tuple[Any, Any]]:
     sender.started()
     yield sender, receiver
     sender.close()
-    receiver.socket.close()
+    receiver.close()  # and the thread that watched its idle mappings
 
 
 def _received(maps: tuple[Any, Any], kept: Any, count: int) -> list[Task]:
