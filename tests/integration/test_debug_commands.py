@@ -66,6 +66,11 @@ def test_ssh_runs_a_command_on_node_1_and_returns_its_status(owner: Child) -> No
     assert sandbox.endswith(f"{owner.stack}/node-1") and cwd == f"{sandbox}/work"
     assert python == f"{sandbox}/work/venv/bin/python"
     assert done.stderr == "oops\n"
+    # sshd's SetEnv SHLVL=1 makes the login shell a second-level one, so bash run by sshd
+    # skips the user's ~/.bashrc: nothing in it can slow or break a node's commands. (A
+    # one-command `bash -c` execs it at the level it was given: 1 here, 0 without SetEnv.)
+    level = skyward_iac("ssh", owner.stack or "?", "--node", "1", "--", "printenv", "SHLVL")
+    assert level.returncode == 0 and int(level.stdout) >= 1, level.stdout + level.stderr
 
 
 def test_ssh_forwards_stdin_to_a_shell_without_a_terminal(owner: Child) -> None:

@@ -100,7 +100,10 @@ def _sshd_config(sandbox: Path, address: str, port: int, user: str) -> str:
         "MaxSessions 64",
         "MaxStartups 64:30:128",
         "ClientAliveInterval 15",
-        f"SetEnv {SANDBOX_ENV}={sandbox}",
+        # SHLVL=1: bash run by sshd reads the user's ~/.bashrc only as a first-level shell, so
+        # a node's commands never wait on what the user's shell start-up does (a pyenv
+        # rehash waiting 60 s on a stale lock made every command of every node wait).
+        f"SetEnv {SANDBOX_ENV}={sandbox} SHLVL=1",
         "Subsystem sftp internal-sftp",
         "LogLevel INFO",
         "",
