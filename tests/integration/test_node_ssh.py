@@ -123,7 +123,11 @@ def test_a_node_without_an_ssh_connection_is_fenced_and_replaced(pool: sky.Pool)
     worker = pool.nodes[1]
     worker.connection.release()  # as after the forward above
     pid = int((Path(worker.address.workdir) / "run" / "agent.pid").read_text())
-    assert worker.fence(timeout=30), "fencing over a new SSH connection failed"
+    fenced = worker.fence(timeout=30)
+    # The kill can only have come over a new SSH connection (the node's was released). The
+    # pool, seeing the agent connection break, fences and closes the node itself, which may
+    # end this call's connection before it reports: then the node was let go meanwhile.
+    assert fenced or worker.letting_go.is_set(), "fencing over a new SSH connection failed"
     assert not Path(f"/proc/{pid}").exists() or \
         Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0
     # Its agent connection broke with it: the node leaves service and is replaced.
