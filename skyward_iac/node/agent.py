@@ -40,12 +40,14 @@ from pathlib import Path
 from skyward_iac.api import metrics
 from skyward_iac.api.deadlines import BUDGET_FILE
 from skyward_iac.node import data_port, protocol, relay
+from skyward_iac.node.buffer_cache import BufferCache, SharedArgumentError, agent_cap
 from skyward_iac.node.messages import (
     Beat,
     Cancel,
     Configure,
     MetricSamples,
     PreemptionNotice,
+    Result,
     Task,
     Welcome,
 )
@@ -53,6 +55,7 @@ from skyward_iac.node.preemption import PreemptionWatcher
 from skyward_iac.node.refusals import SUMMARY_EVERY, RefusalLog
 from skyward_iac.node.sampler import MetricSample, MetricsSampler
 from skyward_iac.node.slots import Slots
+from skyward_iac.node.worker import describe_failure
 
 HANDSHAKE_TIMEOUT = 10.0
 log = logging.getLogger("skyward.agent")
@@ -66,6 +69,8 @@ class Connection:
                  heartbeat: Path | None = None) -> None:
         self.channel = channel
         self.slots = slots
+        #: The large arguments its client asked to keep (node/buffer_cache.py).
+        self.kept = BufferCache(agent_cap())
         #: Where the client's ``Beat``s are written (None: the agent was started without
         #: ``--heartbeat``, and beats are ignored).
         self.heartbeat = heartbeat
@@ -83,7 +88,10 @@ class Connection:
         tasks: list[Task] = []
         for message in messages:
             if isinstance(message, Task):
-                tasks.append(message)
+                try:
+                    tasks.append(self.kept.resolve(message))
+                except SharedArgumentError as exc:  # this task alone fails
+                    self.send(Result(message.task_id, failure=describe_failure(exc)))
                 continue
             if tasks:  # keep the client's order: tasks before a later cancel or configure
                 self.slots.submit_many(tasks, self.channel)
@@ -178,7 +186,8 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         connection = Connection(channel, slots, heartbeat)
         connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0],
-                                protocol=protocol.PROTOCOL_VERSION))
+                                protocol=protocol.PROTOCOL_VERSION,
+                                shared_cap=connection.kept.cap))
         if listeners is not None:
             listeners.add(connection)
         try:
@@ -188,6 +197,7 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
         except protocol.ProtocolError as exc:
             log.warning("closed a client connection that broke the protocol: %s", exc)
         finally:
+            connection.kept.clear()
             if listeners is not None:
                 listeners.discard(connection)
 

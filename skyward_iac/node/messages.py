@@ -11,15 +11,20 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from skyward_iac.node.shared_refs import IN_BAND
+
 
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """The agent's answer to a valid token; ``protocol`` is its ``PROTOCOL_VERSION``."""
+    """The agent's answer to a valid token; ``protocol`` is its ``PROTOCOL_VERSION``;
+    ``shared_cap`` the bytes of shared arguments it keeps for this connection at most
+    (node/buffer_cache.py)."""
 
     node: int
     pid: int
     python: str
     protocol: int
+    shared_cap: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +173,11 @@ def load_function(blob: bytes) -> Any:
     return fn
 
 
+#: Task buffers pickled as they are: already out of band, or references travelling in band.
+_AS_IS = (pickle.PickleBuffer, *IN_BAND)
+
+
 def _out_of_band(buffers: tuple[Any, ...]) -> tuple[Any, ...]:
-    # PickleBuffer makes pickle hand the buffer to the frame's buffer_callback (out of band).
-    return tuple(b if isinstance(b, pickle.PickleBuffer) else pickle.PickleBuffer(b)
-                 for b in buffers)
+    # PickleBuffer makes pickle hand the buffer to the frame's buffer_callback (out of band);
+    # a shared argument's reference travels in band (node/shared_refs.py).
+    return tuple(b if isinstance(b, _AS_IS) else pickle.PickleBuffer(b) for b in buffers)

@@ -48,8 +48,8 @@ COMPRESS_SAMPLE = 65536
 OUT_OF_BAND_MIN = 65536
 MAX_FRAME = 2**32 - 1
 #: The wire's version, sent in ``Welcome``: a client refuses an agent speaking another one.
-#: 1 was the wire before ``Welcome`` carried it; 2 requires lz4 payloads to declare their size.
-PROTOCOL_VERSION = 2
+#: 1: before ``Welcome`` carried it; 2: lz4 payloads declare their size; 3: shared arguments.
+PROTOCOL_VERSION = 3
 #: The first frame (the token) must be RAW and at most this long: nothing larger is read
 #: from a peer that has not proved it holds the token.
 MAX_TOKEN_FRAME = 4096

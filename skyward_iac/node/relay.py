@@ -198,8 +198,9 @@ def relayed(sizes: Sequence[int]) -> bool:
 
 
 def lost(buffers: Sequence[Any]) -> bool:
-    """Whether any of a task's buffers will never be complete."""
-    return any(isinstance(buffer, Arriving) and buffer.lost for buffer in buffers)
+    """Whether any of a task's buffers will never be complete (an ``Arriving``, or a buffer
+    kept from one, node/buffer_maps.py)."""
+    return any(getattr(buffer, "lost", False) is True for buffer in buffers)
 
 
 def serve(channel: protocol.Channel, dispatch: Callable[[Sequence[Any]], None]) -> None:

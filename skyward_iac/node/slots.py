@@ -38,6 +38,7 @@ from skyward_iac.api.errors import PluginError, WorkerCrashedError
 from skyward_iac.api.runtime import InstanceInfo
 from skyward_iac.node import command as node_command
 from skyward_iac.node import protocol, relay
+from skyward_iac.node.buffer_maps import MapsSender
 from skyward_iac.node.facts import network_facts
 from skyward_iac.node.messages import Cancel, Configure, Output, Result, Started, Task
 from skyward_iac.node.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
@@ -76,6 +77,10 @@ class WorkerProcess:
                                    "--counter-fd", str(counter_file.fileno()),
                                    *(["--once"] if once else []))
             passed = [theirs.fileno(), counter_file.fileno()]
+            #: Where kept arguments' memfds go to the worker (node/buffer_maps.py).
+            self.maps = MapsSender()
+            command += ["--maps-fd", str(self.maps.worker_fd())]
+            passed.append(self.maps.worker_fd())
             if lifeline is not None:
                 command += ["--lifeline-fd", str(lifeline)]
                 passed.append(lifeline)
@@ -88,6 +93,7 @@ class WorkerProcess:
             self.process = subprocess.Popen(command, env={**os.environ, **env},
                                             pass_fds=passed)
         theirs.close()
+        self.maps.started()
         self.channel = protocol.Channel(ours)
         #: Assigned and unfinished, in assignment order: task id -> (sequence number, task).
         self.running: dict[int, tuple[int, Task]] = {}
@@ -137,6 +143,7 @@ class WorkerProcess:
             log.error("worker %s broke the protocol (%s); stopping it", self.process.pid, exc)
             self.kill()
         self.channel.close()
+        self.maps.close()
         self._on_exit(self)
 
 
@@ -295,7 +302,7 @@ class Slots:
                 if frame is not None and relay.same_objects(batch, tasks):
                     worker.channel.send_frames(frame)
                 else:
-                    worker.channel.send_many(batch)
+                    worker.channel.send_many(worker.maps.for_worker(batch))
             except relay.SourceLost:
                 self._abort_relay(worker, batch)
             except OSError:

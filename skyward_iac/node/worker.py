@@ -25,12 +25,13 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from skyward_iac.api.function import settle
 from skyward_iac.api.runtime import InstanceInfo, bind_instance, route_output
 from skyward_iac.node import protocol
+from skyward_iac.node.buffer_maps import Lease, MapsReceiver
 from skyward_iac.node.lifeline import agent_gone, watch_lifeline
 from skyward_iac.node.messages import Cancel, Configure, Failure, Result, Started, Task
 from skyward_iac.node.protocol import Channel
@@ -73,10 +74,20 @@ def describe_failure(exc: BaseException) -> Failure:
 
 
 def run_task(task: Task) -> Result:
-    """Unpickle and call a task's function; never raises."""
+    """Unpickle and call a task's function; never raises. A kept argument is mapped for the
+    call alone (node/buffer_maps.py)."""
     started = time.perf_counter()
     try:
-        fn, args, kwargs = protocol.loads(task.payload, task.buffers)
+        with Lease(task.buffers) as buffers:
+            return _call(task, buffers, started)  # its frame, and references, end here
+    except BaseException as exc:  # noqa: BLE001 - mapping it failed: the task fails
+        return Result(task.task_id, failure=describe_failure(exc),
+                      duration=time.perf_counter() - started)
+
+
+def _call(task: Task, arguments: Sequence[Any], started: float) -> Result:
+    try:
+        fn, args, kwargs = protocol.loads(task.payload, arguments)
         if process_plugins is not None:
             fn = process_plugins.decorate(fn)
         # A coroutine (a function that hides its ``async def`` from ``@sky.function``) runs here.
@@ -297,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--once", action="store_true", help="exit after one task")
     parser.add_argument("--lifeline-fd", type=int, help="end-of-file here: the agent is gone")
     parser.add_argument("--agent-group", type=int, help="the agent's process group")
+    parser.add_argument("--maps-fd", type=int, help="kept arguments' memfds come here")
     args = parser.parse_args(argv)
 
     if args.lifeline_fd is not None:
@@ -310,6 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.counter_fd is not None:
         counter = mmap.mmap(args.counter_fd, COUNTER.size)
     runner = Runner(args.slots, outbox, streams, counter, args.once)
+    maps = MapsReceiver(args.maps_fd) if args.maps_fd is not None else None
 
     def receive() -> None:
         try:
@@ -319,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         tasks = []
         for message in messages:
             if isinstance(message, Task):
-                tasks.append(message)
+                tasks.append(maps.resolve(message) if maps is not None else message)
             elif isinstance(message, Cancel):
                 if tasks:  # a cancel must see the tasks sent before it
                     runner.add(tasks)

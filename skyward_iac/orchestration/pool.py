@@ -41,6 +41,7 @@ from skyward_iac.orchestration.notebook import cell_context
 from skyward_iac.orchestration.plan import PoolPlan
 from skyward_iac.remote.calls import pack_call, pack_function
 from skyward_iac.remote.forward import LocalForward, Trouble
+from skyward_iac.remote.shared_buffers import BatchDigests
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -155,10 +156,11 @@ class Pool:
 
     def _call(self, pending: PendingFunction[T], node: int | None,
               packed: Any = None, copy: bool = True,
-              function: PickledFunction | None = None) -> tuple[Call, Future[T]]:
+              function: PickledFunction | None = None,
+              digests: BatchDigests | None = None) -> tuple[Call, Future[T]]:
         """A call ready to queue; ``copy=False`` when the caller blocks until the result, so
         its arrays cannot change while they are being sent (no snapshot needed)."""
-        packed = packed or pack_call(pending, copy, function)
+        packed = packed or pack_call(pending, copy, function, digests)
         call, future = call_for(pending, packed, next(self._dispatcher.task_ids), node,
                                 self._default_timeout)
         call.context = cell_context()  # None outside a Jupyter kernel
@@ -204,10 +206,12 @@ class Pool:
     def _start_all(self, pendings: Iterable[PendingFunction[Any]],
                    copy: bool = True) -> list[Future[Any]]:
         """Pack and queue calls in chunks; their futures in order. Each distinct function is
-        pickled once for the whole batch."""
+        pickled once for the whole batch; without ``copy`` (the caller waits for them all, so
+        its arrays cannot change meanwhile), each large argument is digested once too."""
         futures: list[Future[Any]] = []
         chunk: list[Call] = []
         functions: dict[int, tuple[Any, PickledFunction | None]] = {}
+        digests = None if copy else BatchDigests()
         for pending in pendings:
             known = functions.get(id(pending.fn))
             if known is None:
@@ -215,7 +219,8 @@ class Pool:
                     known = functions[id(pending.fn)] = (pending.fn, pack_function(pending.fn))
                 except Exception:
                     known = (pending.fn, None)  # pack_call names the culprit
-            call, future = self._call(pending, None, copy=copy, function=known[1])
+            call, future = self._call(pending, None, copy=copy, function=known[1],
+                                      digests=digests)
             chunk.append(call)
             futures.append(future)
             if len(chunk) == MAP_CHUNK:

@@ -46,6 +46,7 @@ from skyward_iac.node.messages import (
     Welcome,
 )
 from skyward_iac.node.protocol import ByteStream
+from skyward_iac.remote import shared_buffers
 from skyward_iac.remote.callback_lanes import Lane, call_back
 from skyward_iac.remote.deadlines import Deadlines
 from skyward_iac.remote.outcomes import outcome_of
@@ -200,7 +201,7 @@ class AgentClient:
             return
         self._add_deadlines(tasks)
         try:
-            self._channel.send_many(tasks)
+            shared_buffers.send(self._channel, tasks, self.welcome)  # large arguments once
         except OSError as exc:
             names = ", ".join(sorted({s.name for s in submissions}))
             self._broken(f"sending {names} failed: {exc}")

@@ -13,6 +13,7 @@ import cloudpickle
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import PendingFunction
 from skyward_iac.node import messages, protocol
+from skyward_iac.remote import shared_buffers
 
 _INSTALLED_ROOTS = tuple(
     Path(p).resolve()
@@ -55,22 +56,27 @@ def pack_function(fn: Any) -> messages.PickledFunction:
 
 
 def pack_call(pending: PendingFunction[Any], copy: bool = True,
-              function: messages.PickledFunction | None = None) -> PackedCall:
+              function: messages.PickledFunction | None = None,
+              digests: shared_buffers.BatchDigests | None = None) -> PackedCall:
     """Pickle ``(fn, args, kwargs)``; an unpicklable part raises ``ConfigError`` naming it.
 
     The function travels as a ``PickledFunction`` (``function``: pickled already, shared by
     many calls), so nodes unpickle each distinct function once. Large contiguous buffers
     (numpy arrays, ...) stay out of the pickle (protocol 5). With ``copy`` they are copied once,
     now, because the caller may change its arrays as soon as the call is made; ``copy=False``
-    (views, no copy) is for callers that wait for the result.
+    (views, no copy) is for callers that wait for the result. Buffers of at least
+    ``shared_buffers.SHARE_MIN`` bytes are digested, so a node is sent each only once, and
+    calls whose buffers hold equal bytes share one snapshot (remote/shared_buffers.py);
+    ``digests``, for calls without snapshot whose caller waits for them all, digests each
+    object once for all of them.
     """
     try:
         packed_fn = function or pack_function(pending.fn)
-        payload, buffers = protocol.dumps_with_buffers(
-            (packed_fn, pending.args, pending.kwargs), copy=copy)
+        payload, views = protocol.dumps_with_buffers(
+            (packed_fn, pending.args, pending.kwargs), copy=False)
     except Exception as exc:
         raise ConfigError(_culprit(pending, exc)) from exc
-    return PackedCall(payload, buffers)
+    return PackedCall(payload, shared_buffers.prepare(views, copy, digests))
 
 
 def _culprit(pending: PendingFunction[Any], error: Exception) -> str:

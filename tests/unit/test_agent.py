@@ -48,7 +48,9 @@ def test_a_client_refuses_an_agent_of_another_protocol() -> None:
     with theirs:
         channel = protocol.Channel(theirs)
         channel.send(Welcome(0, 1, "3.11", protocol.PROTOCOL_VERSION - 1))
-        with pytest.raises(NodeConnectionError, match="protocol 1, this client 2"):
+        version = protocol.PROTOCOL_VERSION
+        with pytest.raises(NodeConnectionError,
+                           match=f"protocol {version - 1}, this client {version}"):
             AgentClient(ours, TOKEN, node=0)
         assert channel.receive_raw() == TOKEN.encode()  # it sent the token, then gave up
 
