@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,7 @@ from skyward_iac.api.deadlines import (
     unreached_too_long,
 )
 from skyward_iac.node.messages import Beat
+from skyward_iac.orchestration.elastic import ElasticThreads
 from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.remote.bootstrap import HEARTBEAT_FILE
 
@@ -95,7 +96,8 @@ class Heartbeat:
         self._beats: dict[int, _Beat] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="skyward-beat")
+        # Up to 8 beats at once; none held between rounds (beats over the agent are quick).
+        self._threads = ElasticThreads(8, name="skyward-beat")
         self._thread = threading.Thread(target=self._run, name="skyward-heartbeat", daemon=True)
         self._thread.start()
         if notes is not None:
