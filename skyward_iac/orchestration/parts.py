@@ -28,6 +28,7 @@ from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.stacks.leases import LeaseRenewer
 from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.observability.bus import EventBus
+from skyward_iac.orchestration import descriptors
 from skyward_iac.orchestration.autoscaler import Autoscaler
 from skyward_iac.orchestration.budget import BudgetGuard, NoBudget
 from skyward_iac.orchestration.collections import ClientCollections
@@ -73,6 +74,7 @@ class PoolParts:
 
     def _build(self, plan: PoolPlan, on_output: Callable[[int, str, str], Any]) -> None:
         options, stack, events = plan.options, self.stack, self.events
+        descriptors.make_room(plan.bounds.ceiling)
         #: USD so far, at the rate of whatever the stack declares (``_applied``).
         self.cost = CostMeter(plan.usd_per_hour(plan.request), nodes=plan.request.node_count)
         self._tagged = run_tags(plan, plan.request, self.cost)
