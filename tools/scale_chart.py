@@ -62,7 +62,7 @@ FLEET = Chart(
             ("client threads", "client threads", False),
             ("client RSS MiB", "client RSS once ready (MiB)", False)),
     reference_nodes=None, path=ROOT / "docs" / "images" / "fleet.svg",
-    label="the skyward_iac client against 10 to 600 simulated nodes",
+    label="the skyward_iac client against 10 to 1,000 simulated nodes",
     flat_means="the map")
 CHARTS = (SCALE, FLEET)
 
