@@ -46,6 +46,9 @@ IMPORTS = frozenset({
     "skyward_iac.collections.session", "skyward_iac.collections.slots",
     "skyward_iac.collections.store",
     "skyward_iac.node", "skyward_iac.node.__main__", "skyward_iac.node.agent",
+    # shared arguments: what an agent keeps per connection, and hands its workers as memfds
+    "skyward_iac.node.buffer_cache", "skyward_iac.node.buffer_maps",
+    "skyward_iac.node.shared_refs",
     "skyward_iac.node.data_port", "skyward_iac.node.etcd_server", "skyward_iac.node.facts",
     "skyward_iac.node.messages",
     "skyward_iac.node.lifeline", "skyward_iac.node.plugin_hooks", "skyward_iac.node.task_output",

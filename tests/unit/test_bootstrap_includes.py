@@ -83,7 +83,7 @@ def test_a_pool_packs_its_includes_once_for_every_node(project: Path) -> None:
                          ssh_port=22, ssh_user="u", host_key="k", workdir=f"/w/{i}")
              for i in range(2)]
     plans = [compute.plan.bootstrap_plan(
-                 node, SimpleNamespace(volume_keys={}, nodes=nodes, etcd=None,
+                 node, SimpleNamespace(volume_keys={}, nodes=nodes, etcd=None, certificates=None,
                                        node=lambda i: nodes[i]))
              for node in nodes]
     assert all(plan.includes is first for plan in plans)
