@@ -32,10 +32,13 @@ import os
 import threading
 import warnings
 import weakref
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from skyward_iac.observability.console import in_jupyter_kernel
 from skyward_iac.orchestration import interrupts
+
+T = TypeVar("T")
 
 log = logging.getLogger("skyward")
 
@@ -114,11 +117,12 @@ def close_forgotten() -> None:
                     "session.close())", len(pools), names)
     except KeyboardInterrupt:
         interrupted = True
-    done = [threading.Event() for _ in pools]
+    done, hit = _through_ctrl_c(lambda: [threading.Event() for _ in pools])
+    interrupted = interrupted or hit
     for pool, finished in zip(pools, done, strict=True):
-        thread = threading.Thread(target=_teardown, args=(pool, finished),
-                                  name=f"skyward-exit-{pool.stack_name}")
-        interrupted = _start(thread) or interrupted
+        thread, hit = _through_ctrl_c(lambda pool=pool, finished=finished: threading.Thread(
+            target=_teardown, args=(pool, finished), name=f"skyward-exit-{pool.stack_name}"))
+        interrupted = _start(thread) or hit or interrupted
     if not interrupted:
         try:
             _wait(done)
@@ -134,6 +138,17 @@ def close_forgotten() -> None:
         _wait(done)
     except KeyboardInterrupt:
         log.error("interrupted again: %s left to `skyward-iac gc`", names)
+
+
+def _through_ctrl_c(make: Callable[[], T]) -> tuple[T, bool]:
+    """``make()``, made again if a Ctrl+C cut it short (it has no effect until used); and
+    whether one came. The destroys must be set up whatever Ctrl+C lands while they are."""
+    interrupted = False
+    while True:
+        try:
+            return make(), interrupted
+        except KeyboardInterrupt:
+            interrupted = True
 
 
 def _start(thread: threading.Thread) -> bool:

@@ -163,3 +163,18 @@ def test_a_forked_child_that_exits_leaves_its_parents_pools_alone() -> None:
                           timeout=60, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["CHILD DONE", "TORN DOWN BY parent"], done.stdout
+
+
+def test_a_ctrl_c_while_the_exit_destroys_are_set_up_is_noted_and_the_setup_finished() -> None:
+    from skyward_iac.orchestration.at_exit import _through_ctrl_c
+
+    calls = []
+
+    def make() -> str:
+        calls.append(1)
+        if len(calls) < 3:  # a Ctrl+C lands inside it, twice
+            raise KeyboardInterrupt
+        return "made"
+
+    assert _through_ctrl_c(make) == ("made", True)
+    assert _through_ctrl_c(lambda: 7) == (7, False)
