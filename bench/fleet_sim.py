@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from skyward_iac.collections.pki import generate_cluster_certificates
 from skyward_iac.node import data_port, protocol
+from skyward_iac.node.etcd_server import write_certificates
 from skyward_iac.node.messages import Configure, Task, Welcome
 from skyward_iac.node.worker import run_task
 
@@ -210,11 +211,7 @@ class NodeFiles(asyncssh.SFTPServer):
 
 def tls_context(pki: Any, directory: Path) -> Any:
     """The data ports' TLS: the stack's server pair, its CA required of every client."""
-    for name, pem in ((data_port.CA_FILE, pki.ca_pem), (data_port.CERT_FILE, pki.server_cert_pem),
-                      (data_port.KEY_FILE, pki.server_key_pem)):
-        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(pem)
+    write_certificates(directory, pki.server)  # as the bootstrap lays them out
     return data_port.server_context(directory)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ from skyward_iac.infra.programs import common
 from skyward_iac.node import data_port as node_port
 from skyward_iac.node import protocol
 from skyward_iac.node.data_port import CLOUD_BIND, CLOUD_PORT
+from skyward_iac.node.etcd_server import write_certificates
 from skyward_iac.remote import data_port
 from skyward_iac.remote.agent_client import AgentClient
 from tests.agent_process import TOKEN, running_agent
@@ -97,11 +97,7 @@ def bundle() -> pki.ClusterCertificates:
 @pytest.fixture
 def tls_dir(tmp_path: Path, bundle: pki.ClusterCertificates) -> Path:
     tls = tmp_path / "tls"
-    tls.mkdir(mode=0o700)
-    for name, text in ((node_port.CA_FILE, bundle.ca_pem), (node_port.CERT_FILE,
-                       bundle.server_cert_pem), (node_port.KEY_FILE, bundle.server_key_pem)):
-        (tls / name).write_text(text)
-        os.chmod(tls / name, 0o600)
+    write_certificates(tls, bundle.server)  # as the bootstrap lays them out
     return tls
 
 

@@ -3,7 +3,6 @@ mutual TLS from the stack's PKI before the token, the same frame limits after it
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 from collections.abc import Iterator
@@ -12,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from skyward_iac.collections import pki
-from skyward_iac.node import data_port as node_port
 from skyward_iac.node import protocol
+from skyward_iac.node.etcd_server import write_certificates
 from skyward_iac.remote import data_port
 from skyward_iac.remote.agent_client import AgentClient
 from tests.agent_process import TOKEN, Agent, closed_without_greeting, peak_rss_mb, running_agent
@@ -31,11 +30,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory,
           bundle: pki.ClusterCertificates) -> Iterator[tuple[Agent, int]]:
     workdir = tmp_path_factory.mktemp("data-port")
     tls = workdir / "tls"
-    tls.mkdir(mode=0o700)
-    for name, text in ((node_port.CA_FILE, bundle.ca_pem), (node_port.CERT_FILE,
-                       bundle.server_cert_pem), (node_port.KEY_FILE, bundle.server_key_pem)):
-        (tls / name).write_text(text)
-        os.chmod(tls / name, 0o600)
+    write_certificates(tls, bundle.server)  # as the bootstrap lays them out
     port_file = workdir / "run" / "data.port"
     with running_agent(workdir, "--data-bind", "127.0.0.1", "--tls-dir", str(tls),
                        "--data-port-file", str(port_file)) as started:
