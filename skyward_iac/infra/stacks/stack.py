@@ -42,13 +42,11 @@ from skyward_iac.infra.stacks.records import (  # noqa: F401 - re-exported: call
     managed_count,
 )
 from skyward_iac.infra.stacks.stack_secrets import adopt_secrets_settings
-from skyward_iac.infra.stacks.stack_tags import StackTags
+from skyward_iac.infra.stacks.stack_tags import StackTags, tag_new_stack
 from skyward_iac.infra.stacks.tags import (
     ACTOR,
     ACTOR_SOURCE,
     SELF_DECLARED,
-    TAG_PREFIX,
-    encode_tags,
     with_actor,
 )
 from skyward_iac.outputs import ClusterOutputs, parse_outputs
@@ -210,8 +208,7 @@ class ClusterStack(StackTags):
         if pinned:
             stack.set_all_config({key: auto.ConfigValue(value)
                                   for key, value in config_values(pinned).items()})
-        for key, value in encode_tags(tags).items():
-            stack.set_tag(TAG_PREFIX + key, value)
+        tag_new_stack(stack, tags)
         created = cls(stack)
         created._provider = request.spec.provider.kind
         return created

@@ -1,6 +1,7 @@
 """The tag half of ``ClusterStack``: reading a stack's tags and writing them in their stored
 form (``tags.encode_tags``), each write one engine command and no stack update, so it never
-waits for or blocks the owner's updates."""
+waits for or blocks the owner's updates; a new stack's first tags in one write on a file
+backend (``engine/state_tags.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from collections.abc import Mapping
 import pulumi.automation as auto
 
 from skyward_iac.infra.engine.lean_stack import LeanStack
-from skyward_iac.infra.stacks import usage
+from skyward_iac.infra.engine.state_tags import write_first_tags
+from skyward_iac.infra.stacks import home, usage
 from skyward_iac.infra.stacks.leases import LEASE_UNTIL
+from skyward_iac.infra.stacks.records import PROJECT
 from skyward_iac.infra.stacks.tags import (
     DOWN_BY,
     SEGMENTS,
@@ -21,6 +24,16 @@ from skyward_iac.infra.stacks.tags import (
     encode_tags,
     skyward_tags,
 )
+
+
+def tag_new_stack(stack: LeanStack, tags: Mapping[str, str]) -> None:
+    """Give the stack ``stack init`` just made its first ``tags`` (without their prefix): on a
+    file backend all in one write (``write_first_tags``), else one engine command each."""
+    stored = {TAG_PREFIX + key: value for key, value in encode_tags(tags).items()}
+    backend_dir = home.file_backend()
+    if backend_dir is None or not write_first_tags(backend_dir, PROJECT, stack.name, stored):
+        for key, value in stored.items():
+            stack.set_tag(key, value)
 
 
 class StackTags:
