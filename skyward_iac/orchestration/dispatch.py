@@ -245,7 +245,8 @@ class Dispatcher:
             finally:
                 with self._wakeup:
                     self._placing[node.index] -= len(calls)
-                    self._wakeup.notify()
+                    if self._calls:  # room counted again: queued calls may fit now
+                        self._wakeup.notify()
 
     def _dispatch(self) -> None:
         while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import cloudpickle
 from skyward_iac.api.errors import ConfigError
 from skyward_iac.api.function import PendingFunction
 from skyward_iac.node import messages, protocol
-from skyward_iac.remote import shared_buffers
+from skyward_iac.remote import function_pickles, shared_buffers
 
 _INSTALLED_ROOTS = tuple(
     Path(p).resolve()
@@ -50,9 +51,11 @@ class PackedCall:
 
 
 def pack_function(fn: Any) -> messages.PickledFunction:
-    """Pickle a function once, for any number of calls (``pack_call(..., function=...)``)."""
+    """Pickle a function once, for any number of calls (``pack_call(..., function=...)``);
+    the bytes of its last pickle when nothing it is made of changed since
+    (``function_pickles``)."""
     ship_module_by_value(fn)
-    return messages.PickledFunction(protocol.dumps(fn))
+    return messages.PickledFunction(function_pickles.pickled(fn, protocol.dumps))
 
 
 def pack_call(pending: PendingFunction[Any], copy: bool = True,
@@ -72,11 +75,44 @@ def pack_call(pending: PendingFunction[Any], copy: bool = True,
     """
     try:
         packed_fn = function or pack_function(pending.fn)
+        if _plain(pending.args) and _plain(pending.kwargs):
+            # Nothing but plain values: the C pickler alone makes the same pickle without
+            # cloudpickle's per-object hook, and there is no buffer to keep out of band.
+            return PackedCall(pickle.dumps((packed_fn, pending.args, pending.kwargs),
+                                           protocol=5))
         payload, views = protocol.dumps_with_buffers(
             (packed_fn, pending.args, pending.kwargs), copy=False)
     except Exception as exc:
         raise ConfigError(_culprit(pending, exc)) from exc
     return PackedCall(payload, shared_buffers.prepare(views, copy, digests))
+
+
+#: Values pickled the same by pickle and cloudpickle, always in band.
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes})
+#: Items looked at, at most, before arguments count as not plain (cloudpickle takes them).
+_PLAIN_ITEMS = 64
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only ``_PLAIN`` values in tuples, lists and dicts (a few)."""
+    budget = _PLAIN_ITEMS
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return False
+        kind = type(item)
+        if kind in _PLAIN:
+            continue
+        if kind is tuple or kind is list:
+            stack.extend(item)
+        elif kind is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        else:
+            return False
+    return True
 
 
 def _culprit(pending: PendingFunction[Any], error: Exception) -> str:
