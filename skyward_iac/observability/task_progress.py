@@ -51,6 +51,18 @@ class TaskTally:
                 self.failed += 1
             self._schedule()
 
+    def counted_if_reporting(self, success: bool) -> bool:
+        """Count a finished call when a report is scheduled already (it reads the counts when
+        it runs), starting nothing; False, nothing counted, when none is (then ``completed``)."""
+        with self._lock:
+            if self._timer is None:
+                return False
+            if success:
+                self.succeeded += 1
+            else:
+                self.failed += 1
+            return True
+
     def changed(self) -> None:
         """Calls were queued or moved: schedule a report."""
         with self._lock:

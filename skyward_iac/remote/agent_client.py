@@ -13,7 +13,8 @@ or run user code goes to the connection's ``callback_lanes.Lane``, in arrival or
 ``on_output`` (the user's sink), ``on_metrics`` and ``on_started`` (event subscribers),
 ``on_preemption`` and ``on_lost`` (the pool takes the node out of service: fencing over SSH,
 replacement, re-sending its tasks), futures with done-callbacks or large or failed results, and
-timed-out tasks (their failure and the ``Cancel`` sent to the agent).
+timed-out tasks (their failure and the ``Cancel`` sent to the agent), except done-callbacks
+that are bookkeeping only (``callback_lanes.done_on_loop``: a pool's task events counting).
 
 A task sent and not finished is *pending* here and belongs to this client. When the connection
 breaks (the reader sees it end, or a send fails), every pending task is taken exactly once and
@@ -47,7 +48,7 @@ from skyward_iac.node.messages import (
 )
 from skyward_iac.node.protocol import ByteStream
 from skyward_iac.remote import shared_buffers
-from skyward_iac.remote.callback_lanes import Lane, call_back
+from skyward_iac.remote.callback_lanes import Lane, call_back, done_on_loop, quiet_on_loop
 from skyward_iac.remote.deadlines import Deadlines
 from skyward_iac.remote.outcomes import outcome_of
 from skyward_iac.remote.pacing import Pace
@@ -339,13 +340,15 @@ class AgentClient:
                     return True  # cancelled by its caller: its callbacks ran already
                 callbacks = entry.future._done_callbacks  # type: ignore[attr-defined]
                 entry.future._done_callbacks = []  # type: ignore[attr-defined]
-                if announce is not None and callbacks:
+                if announce is not None and not all(map(quiet_on_loop, callbacks)):
                     self._lane.run(announce, self.node, entry)
                 elif announce is not None:
                     announce(self.node, entry)
-                self._resolve(entry, result)
+                succeeded = self._resolve(entry, result)
             if callbacks:
-                self._lane.run(call_back, entry.future, callbacks)
+                rest = done_on_loop(entry.future, callbacks) if succeeded else callbacks
+                if rest:
+                    self._lane.run(call_back, entry.future, rest)
             return True
         if announce is not None:
             self._lane.run(announce, self.node, entry)
@@ -360,18 +363,20 @@ class AgentClient:
         else:
             self._on_output(self.node, message.stream, message.text)
 
-    def _resolve(self, entry: Submission, result: Result) -> None:
+    def _resolve(self, entry: Submission, result: Result) -> bool:
+        """Resolve ``entry``'s future with ``result``; True when it succeeded."""
         future, name = entry.future, entry.name
         if future.done():
-            return  # cancelled by its caller
+            return False  # cancelled by its caller
         value, outcome = outcome_of(result, name, self.node)
         try:
             if outcome is None:
                 future.set_result(value)
-            else:
-                future.set_exception(outcome)
+                return True
+            future.set_exception(outcome)
         except InvalidStateError:
             pass  # cancelled meanwhile
+        return False
 
     def _started(self, submission: Submission) -> None:
         """On the loop: mark ``submission`` started; ``on_started`` is told on the lane."""

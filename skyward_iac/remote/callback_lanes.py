@@ -106,6 +106,24 @@ def call_back(future: Future[Any], callbacks: list[Callable[[Future[Any]], Any]]
             log.exception("exception calling callback for %r", future)
 
 
+def quiet_on_loop(callback: Any) -> bool:
+    """Whether a done-callback is bookkeeping that wants no ``on_started`` events (its
+    ``quiet_on_loop()``: orchestration/task_events.py's ``Done``)."""
+    quiet = getattr(callback, "quiet_on_loop", None)
+    return quiet is not None and bool(quiet())
+
+
+def done_on_loop(future: Future[Any], callbacks: list[Any]) -> list[Any]:
+    """Run, on the wire loop, the leading callbacks of a succeeded ``future`` that are only
+    bookkeeping (their ``done_on_loop(future)`` did it and said True); the rest, from the first
+    that is not, in their order, to run as any other callback."""
+    for position, callback in enumerate(callbacks):
+        done = getattr(callback, "done_on_loop", None)
+        if done is None or not done(future):
+            return callbacks[position:]
+    return []
+
+
 class PerProcess(Generic[T]):
     """One ``make()`` per process, made on first use. A forked child has none of its parent's
     threads, so it makes its own rather than use the parent's (whose threads it lacks)."""
