@@ -48,11 +48,25 @@ def install(directory: str) -> None:
 
     protocol.send = traced_send  # type: ignore[assignment]
     protocol.read_frame_head = traced_read  # type: ignore[assignment]
+    try:  # a small frame read ahead whole skips read_frame_head (node/read_ahead.py)
+        from skyward_iac.node.read_ahead import ReadAhead
+    except ImportError:  # a tree from before it
+        pass
+    else:
+        small_frame = ReadAhead.small_frame
+
+        def traced_small_frame(self: Any) -> Any:
+            payload = small_frame(self)
+            if payload is not None:
+                note("read")
+            return payload
+
+        ReadAhead.small_frame = traced_small_frame  # type: ignore[method-assign]
     if os.environ.get("RTT_TRACE_DEEP"):  # the stages between a read and the next send
         from skyward_iac.node import relay, slots, worker
 
         for module, name in ((relay, "receive"), (slots.Slots, "submit_many"),
-                             (slots.Slots, "_on_messages"), (slots, "_deliver_all"),
+                             (slots.Slots, "_on_messages"), (relay, "deliver"),
                              (worker, "run_task"), (worker.Outbox, "send"),
                              (protocol, "encode"), (protocol, "unbatch")):
             setattr(module, name, _wrapped(getattr(module, name), name, note))

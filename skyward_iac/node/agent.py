@@ -52,6 +52,7 @@ from skyward_iac.node.messages import (
     Welcome,
 )
 from skyward_iac.node.preemption import PreemptionWatcher
+from skyward_iac.node.read_ahead import ReadAhead
 from skyward_iac.node.refusals import SUMMARY_EVERY, RefusalLog
 from skyward_iac.node.sampler import MetricSample, MetricsSampler
 from skyward_iac.node.slots import Slots
@@ -184,6 +185,8 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
         # arrives in fewer, larger reads.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        # Read ahead only now (a small frame in one read): nothing beyond the token before.
+        channel = protocol.Channel(ReadAhead(sock), sock)
         connection = Connection(channel, slots, heartbeat)
         connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0],
                                 protocol=protocol.PROTOCOL_VERSION,

@@ -178,6 +178,8 @@ _AS_IS = (pickle.PickleBuffer, *IN_BAND)
 
 
 def _out_of_band(buffers: tuple[Any, ...]) -> tuple[Any, ...]:
+    if not buffers:  # most tasks and results
+        return buffers
     # PickleBuffer makes pickle hand the buffer to the frame's buffer_callback (out of band);
     # a shared argument's reference travels in band (node/shared_refs.py).
     return tuple(b if isinstance(b, _AS_IS) else pickle.PickleBuffer(b) for b in buffers)

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
-from skyward_iac.node import protocol
+from skyward_iac.node import protocol, read_ahead
 
 log = logging.getLogger("skyward.agent")
 #: The frame ``serve`` is dispatching in this thread: ``(messages, passable frame or None)``.
@@ -124,7 +124,7 @@ def receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], No
 def _receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], None] | None,
                                                  list[bytes] | None]:
     """As ``receive``, and the frame as received when it can be passed on as it is."""
-    kind, payload, sizes = protocol.read_frame_head(channel.stream)
+    kind, payload, sizes = read_ahead.read_frame_head(channel.stream)
     if kind == protocol.RAW:
         raise protocol.ProtocolError("unexpected raw frame after the handshake")
     if not relayed(sizes):
@@ -156,7 +156,7 @@ def receive_passable(channel: protocol.Channel) -> tuple[tuple[Any, ...], list[b
     """The messages of the next frame (as ``Channel.receive``) and, for a frame without
     out-of-band buffers or compression, the frame itself, to be passed on unchanged: a
     worker's results go to their client without being pickled again."""
-    kind, payload, sizes = protocol.read_frame_head(channel.stream)
+    kind, payload, sizes = read_ahead.read_frame_head(channel.stream)
     if kind == protocol.RAW:
         raise protocol.ProtocolError("unexpected raw frame after the handshake")
     buffers = [protocol.recv_buffer(channel.stream, size) for size in sizes]

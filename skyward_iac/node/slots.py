@@ -41,6 +41,7 @@ from skyward_iac.node import protocol, relay
 from skyward_iac.node.buffer_maps import MapsSender
 from skyward_iac.node.facts import network_facts
 from skyward_iac.node.messages import Cancel, Configure, Output, Result, Started, Task
+from skyward_iac.node.read_ahead import ReadAhead
 from skyward_iac.node.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
 
 log = logging.getLogger("skyward.agent")
@@ -94,7 +95,7 @@ class WorkerProcess:
                                             pass_fds=passed)
         theirs.close()
         self.maps.started()
-        self.channel = protocol.Channel(ours)
+        self.channel = protocol.Channel(ReadAhead(ours), ours)  # a result's frame in one read
         #: Assigned and unfinished, in assignment order: task id -> (sequence number, task).
         self.running: dict[int, tuple[int, Task]] = {}
         self.capacity = slots + prefetch

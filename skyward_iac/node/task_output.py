@@ -45,6 +45,8 @@ class TaskStream(io.TextIOBase):
 
     def flush_task(self, task_id: int) -> None:
         """Send what a finished task left without a newline."""
+        if task_id not in self.pending:  # it printed nothing (a lock per task saved)
+            return
         with self.lock:
             rest = self.pending.pop(task_id, "")
         if rest:

@@ -30,7 +30,7 @@ from typing import Any
 
 from skyward_iac.api.function import settle
 from skyward_iac.api.runtime import InstanceInfo, bind_instance, route_output
-from skyward_iac.node import protocol
+from skyward_iac.node import protocol, read_ahead
 from skyward_iac.node.buffer_maps import Lease, MapsReceiver
 from skyward_iac.node.lifeline import agent_gone, watch_lifeline
 from skyward_iac.node.messages import Cancel, Configure, Failure, Result, Started, Task
@@ -120,7 +120,10 @@ class Outbox:
         """``on_gone``: what to do when a send fails (the agent is gone); it must not return."""
         self.channel = channel
         self.on_gone = on_gone
-        self.cond = threading.Condition()
+        # A plain lock under the condition, taken directly where nothing waits: every task
+        # takes it twice, and a Condition's own ``with`` is a Python-level call around an RLock.
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.items: list[Any] = []
         self.first_at = 0.0
         self.wakeup_pending = False
@@ -132,7 +135,7 @@ class Outbox:
              wake: bool = True) -> None:
         """Queue ``message``; ``supersedes`` is dropped if it is the last message still queued
         (a task's ``Started`` when its ``Result`` follows it at once: the result says both)."""
-        with self.cond:
+        with self.lock:
             if supersedes is not None and self.items and self.items[-1] == supersedes:
                 self.items.pop()
             self.items.append(message)
@@ -147,16 +150,16 @@ class Outbox:
             self._take_and_send()
 
     def _take_and_send(self) -> None:
-        # Called with ``cond`` held; releases it before the write.
+        # Called with ``lock`` held; releases it before the write.
         items, self.items = self.items, []
         self.wakeup_pending = False
         self.send_lock.acquire()
-        self.cond.release()
+        self.lock.release()
         try:
             self.channel.send_many(items)
         finally:
             self.send_lock.release()
-            self.cond.acquire()
+            self.lock.acquire()
 
     def _flush_late(self) -> None:
         with self.cond:
@@ -186,7 +189,8 @@ class Runner:
         self.streams = streams
         self.counter = counter
         self.once = once
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()  # taken directly where nothing waits (see Outbox)
+        self.cond = threading.Condition(self.lock)
         self.queue: deque[Task] = deque()
         self.taken = 0
         self.running: set[int] = set()
@@ -196,7 +200,7 @@ class Runner:
 
     def add(self, tasks: list[Task]) -> None:
         """Queue tasks (inline, ``run_inline`` runs them)."""
-        with self.cond:
+        with self.lock:
             self.queue.extend(tasks)
             if not self.inline:
                 self._start_threads()
@@ -215,7 +219,7 @@ class Runner:
     def cancel(self, task_id: int) -> None:
         """A queued task is skipped; a running one keeps its thread, and another thread takes
         its slot (Python cannot stop a thread)."""
-        with self.cond:
+        with self.lock:
             if task_id in self.running:
                 self.running.discard(task_id)
                 self.abandoned.add(task_id)
@@ -237,7 +241,7 @@ class Runner:
     def _next(self, wait: bool) -> Task | None:
         """The next task to run, counted as taken before it starts; cancelled ones are
         skipped (and counted too, so the count stays a prefix of the agent's order)."""
-        with self.cond:
+        with self.lock:
             while True:
                 if not self.queue:
                     if not wait:
@@ -263,7 +267,7 @@ class Runner:
         result = contextvars.copy_context().run(_run_as_current, task)
         for stream in self.streams:
             stream.flush_task(task.task_id)
-        with self.cond:
+        with self.lock:
             self.running.discard(task.task_id)
             retire = task.task_id in self.abandoned
             self.abandoned.discard(task.task_id)
@@ -313,7 +317,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.lifeline_fd is not None:
         watch_lifeline(args.lifeline_fd, args.agent_group)
-    channel = Channel(socket.socket(fileno=args.fd))
+    sock = socket.socket(fileno=args.fd)
+    stream = read_ahead.ReadAhead(sock)  # a task's frame in one read
+    channel = Channel(stream, sock)
     outbox = Outbox(channel, on_gone=lambda: agent_gone(args.agent_group))
     streams = [TaskStream("stdout", outbox, sys.stdout), TaskStream("stderr", outbox, sys.stderr)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
@@ -326,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def receive() -> None:
         try:
-            messages = channel.receive()
+            messages = read_ahead.receive(stream)
         except (protocol.ConnectionClosed, OSError, protocol.ProtocolError):
             agent_gone(args.agent_group)  # whichever notices first: this or the lifeline
         tasks = []
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
             runner.add(tasks)
 
     def receive_pending() -> None:
-        while select.select([channel.stream], [], [], 0)[0]:
+        while stream.pending() or select.select([sock], [], [], 0)[0]:
             receive()
 
     while True:
