@@ -175,30 +175,44 @@ class Dispatcher:
     def _place(self) -> dict[Node, list[Call]]:
         """Take the queued calls that nodes have room for (queue order; untargeted calls
         round-robin among nodes with room, and when the first of them fits nowhere, the rest
-        wait behind it). Called with ``_wakeup`` held."""
+        wait behind it). Called with ``_wakeup`` held. Paid once per round trip: what only
+        some calls need (the index of nodes, the run times a node holds) is built on first
+        use."""
         service = self._service
         if not self._calls or not service:
             return {}
-        by_index = {node.index: position for position, node in enumerate(service)}
-        load = [node.agent.in_flight + self._placing.get(node.index, 0) for node in service]
-        # The longest expected run time among what each node holds ("auto" only).
-        longest = [node.agent.pace.longest_held() if self._paced else 0.0 for node in service]
+        slots, paced = self.slots_per_node, self._paced
+        placing = self._placing
+        load = [node.agent.in_flight + placing.get(node.index, 0) for node in service]
         # A node whose connection just broke has no room: it leaves service in a moment.
-        cap = [0 if node.agent.closed else self.slots_per_node + (MAX_AHEAD if self._paced else 0)
-               for node in service]
+        full = slots + (MAX_AHEAD if paced else 0)
+        cap = [0 if node.agent.closed else full for node in service]
         free = sum(max(0, c - n) for c, n in zip(cap, load, strict=True))
+        if free <= 0:
+            return {}
+        # The longest expected run time among what each node holds ("auto" only), read when
+        # needed, and among what this round placed on it.
+        holding: list[float | None] = [None] * len(service)
+        placing_now = [0.0] * len(service)
+        by_index: dict[int, int] | None = None
         placed: dict[Node, list[Call]] = {}
         skipped: list[Call] = []
         count = len(service)
 
+        def held(position: int) -> float:
+            known = holding[position]
+            if known is None:
+                known = holding[position] = service[position].agent.pace.longest_held()
+            return max(known, placing_now[position])
+
         def fits(position: int, call: Call) -> bool:
             if load[position] >= cap[position]:
                 return False
-            if load[position] < self.slots_per_node:
+            if load[position] < slots:
                 return True  # a free slot takes anything
             pace = service[position].agent.pace
-            run_time = max(longest[position], pace.run_time(call.name))
-            return load[position] < self.slots_per_node + ahead(
+            run_time = max(held(position), pace.run_time(call.name))
+            return load[position] < slots + ahead(
                 self.options.worker.concurrency, pace.overhead, run_time)
 
         while free > 0 and self._calls:
@@ -214,19 +228,22 @@ class Dispatcher:
                     break
                 self._next = (position + 1) % count
             else:
+                if by_index is None:
+                    by_index = {node.index: position for position, node in enumerate(service)}
                 position = by_index.get(call.node)
                 if position is None or not fits(position, call):
                     skipped.append(call)  # its node is full or away: later calls may fit
                     continue
             load[position] += 1
             free -= 1
-            if self._paced:
+            if paced:
                 run_time = service[position].agent.pace.run_time(call.name)
-                longest[position] = max(longest[position], run_time)
+                placing_now[position] = max(placing_now[position], run_time)
             placed.setdefault(service[position], []).append(call)
-        self._calls.extendleft(reversed(skipped))
+        if skipped:
+            self._calls.extendleft(reversed(skipped))
         for node, calls in placed.items():
-            self._placing[node.index] = self._placing.get(node.index, 0) + len(calls)
+            placing[node.index] = placing.get(node.index, 0) + len(calls)
         return placed
 
     def _send(self, placed: dict[Node, list[Call]]) -> None:
