@@ -74,8 +74,8 @@ class BufferCache:
         missing: list[str] = []
         for buffer in task.buffers:
             if isinstance(buffer, Keep):
-                self._keep(buffer)
-                buffer = buffer.buffer
+                # Kept: this task maps the same memfd as the later ones (node/buffer_maps.py).
+                buffer = self._keep(buffer) or buffer.buffer
             elif isinstance(buffer, Mapped):  # the agent's to its workers, never a client's
                 missing.append("a client's task cannot carry a Mapped buffer")
             elif isinstance(buffer, Use):
@@ -96,7 +96,8 @@ class BufferCache:
         self._refused.clear()
         self.used = 0
 
-    def _keep(self, keep: Keep) -> None:
+    def _keep(self, keep: Keep) -> Kept | None:
+        """Keep ``keep``'s buffer (None: refused, over the cap)."""
         for digest in keep.evict:
             evicted = self._kept.pop(digest, None)
             if evicted is not None:
@@ -113,9 +114,10 @@ class BufferCache:
             self.used -= previous.size
         if self.used + kept.size > self.cap:
             self._refuse(digest, kept.size)
-            return
+            return None
         self._kept[digest] = kept
         self.used += kept.size
+        return kept
 
     def _refuse(self, digest: bytes, size: int) -> None:
         log.warning("not keeping a shared argument of %d bytes: this connection holds %d of "

@@ -1,10 +1,12 @@
 """A kept argument reaches a node's workers as a sealed memfd, mapped privately by each task.
 
-The agent keeps a shared argument (node/buffer_cache.py) as the buffer it arrived in. The first
-task that carries it gets its bytes as before (relayed as they arrive, node/relay.py). When a
-later task refers to it, ``Kept.memfd`` copies the bytes once into a memfd and seals it (no
-write, grow or shrink, by anyone, ever), and the buffer it arrived in is let go. From then on a
-worker is sent the memfd's descriptor (``SCM_RIGHTS`` on a socket pair of its own, the *maps*
+A large buffer arrives from the client into a memfd (``relay.Arriving``, node/relay.py): once
+all of it is there, the memfd is sealed (no write, grow or shrink any more) and the worker that
+runs the task is sent its descriptor instead of the bytes, so the bytes are written once on the
+node, by the agent's TLS or socket read, and never copied again. An argument the agent keeps
+(node/buffer_cache.py) is that same memfd for every later task; one that arrived any other way
+(more buffers in a frame than are relayed) is copied once into a memfd, sealed with
+``F_SEAL_WRITE``, when a task first needs it. A worker is sent the memfd's descriptor (``SCM_RIGHTS`` on a socket pair of its own, the *maps*
 socket, beside the frames' one) and a ``Mapped`` in the task in place of the bytes; the worker
 maps it ``MAP_PRIVATE`` when the task starts (``Lease``): no copy, the pages are the memfd's
 until a task writes one (copy on write), so a task that changes its argument changes only its
@@ -18,9 +20,9 @@ reference), checked in 5-10 ms per 100 MB. Only one task uses a mapping at a tim
 keeps at most ``IDLE_KEPT`` such mappings, each at most ``IDLE_SECONDS`` after its last task,
 so memory of an argument the agent forgot (evicted, or its client gone) is let go soon after.
 
-What is left, and what it costs: the one copy into the memfd (100 MB in 0.1-0.25 s on the
-2 loaded cores here), once per argument and node; a fresh mapping's faults when no clean one
-is at hand; nothing per task on the wire.
+What is left, and what it costs: the memfd's pages, allocated as the bytes arrive; a fresh
+mapping's faults when no clean one is at hand (a buffer no later task can use, not kept, is
+never kept idle: ``Mapped.reuse``); nothing per task on the wire.
 
 Why a socket of its own: descriptors travel with bytes, and the frames' socket is read by
 ``recv_into`` into buffers, which would drop them. On the maps socket every record is 8 bytes
@@ -82,10 +84,14 @@ class Kept:
         return self._fd is None and bool(getattr(self._origin, "lost", False))
 
     def memfd(self) -> int:
-        """The sealed memfd holding the bytes, made on the first call: it waits for the bytes
-        still arriving (``relay.SourceLost`` if they never will) and copies them once."""
+        """The sealed memfd holding the bytes, had on the first call: the one they arrived in
+        (``relay.Arriving``), once they all have (``relay.SourceLost`` if they never will), or
+        else a copy made now."""
         with self._lock:
-            if self._fd is None:
+            arrived = getattr(self._origin, "memfd", None)
+            if self._fd is None and arrived is not None and len(self._origin) == self.size:
+                self._fd = arrived()  # the origin owns it, and is kept with it
+            elif self._fd is None:
                 fd = os.memfd_create("skyward-kept", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
                 try:
                     os.ftruncate(fd, self.size)
@@ -141,24 +147,39 @@ class MapsSender:
         self._theirs.close()
 
     def for_worker(self, tasks: Sequence[Task]) -> Sequence[Task]:
-        """``tasks`` as the worker is sent them: each kept buffer a ``Mapped`` whose memfd is
-        sent now, on the maps socket, ahead of the frame (``OSError`` if the worker is gone,
-        ``relay.SourceLost`` if a kept buffer never arrived)."""
-        if not any(isinstance(b, Kept) for task in tasks for b in task.buffers):
+        """``tasks`` as the worker is sent them: each kept or arriving buffer a ``Mapped``
+        whose memfd is sent now, on the maps socket, ahead of the frame, once all its bytes are
+        there (``OSError`` if the worker is gone, ``relay.SourceLost`` if they never will be)."""
+        if not any(_mappable(b) for task in tasks for b in task.buffers):
             return tasks
         return [self._mapped(task) for task in tasks]
 
     def _mapped(self, task: Task) -> Task:
-        if not any(isinstance(b, Kept) for b in task.buffers):
+        if not any(_mappable(b) for b in task.buffers):
             return task
         buffers: list[Any] = []
         for buffer in task.buffers:
-            if isinstance(buffer, Kept):
+            source = _mappable(buffer)
+            if source is not None:
                 serial = next(self._serials)
-                socket.send_fds(self.socket, [RECORD.pack(serial)], [buffer.memfd()])
-                buffer = Mapped(serial, buffer.size)
+                socket.send_fds(self.socket, [RECORD.pack(serial)], [source.memfd()])
+                buffer = Mapped(serial, len(source) if not isinstance(source, Kept)
+                                else source.size, reuse=isinstance(source, Kept))
             buffers.append(buffer)
         return dataclasses.replace(task, buffers=tuple(buffers))
+
+
+def _mappable(buffer: Any) -> Any:
+    """What holds ``buffer``'s bytes in a memfd a worker can map (a ``Kept``, or the whole of
+    an arriving buffer, ``relay.Arriving``, or a view of all of it), else None."""
+    if isinstance(buffer, Kept):
+        return buffer
+    whole = buffer.obj if isinstance(buffer, memoryview) else buffer
+    if not isinstance(whole, mmap.mmap) or not callable(getattr(whole, "memfd", None)):
+        return None
+    if whole is not buffer and (buffer.nbytes != len(whole) or not buffer.contiguous):
+        return None
+    return whole
 
 
 class MapsReceiver:
@@ -207,7 +228,7 @@ class MapsReceiver:
             os.close(fds[0])
             raise protocol.ProtocolError(f"a task wants mapped buffer {ref.serial} ({ref.size} "
                                          f"bytes), the maps socket gave {serial} ({size} bytes)")
-        return MappedFile(self, fds[0], size)
+        return MappedFile(self, fds[0], size, ref.reuse)
 
     def _take(self, file: MappedFile) -> _Mapping:
         with self._lock:
@@ -216,7 +237,7 @@ class MapsReceiver:
             return idle[0]
         # Private: the task's writes copy the pages they touch, and stay its own.
         return _Mapping(mmap.mmap(file.fd, file.size, flags=mmap.MAP_PRIVATE,
-                                  prot=mmap.PROT_READ | mmap.PROT_WRITE), file.inode)
+                                  prot=mmap.PROT_READ | mmap.PROT_WRITE), file.inode, file.reuse)
 
     def _give_back(self, mapping: _Mapping) -> None:
         """A task is done with ``mapping``: kept for the next task on the same memfd if nothing
@@ -224,7 +245,7 @@ class MapsReceiver:
         last view goes), for ``IDLE_SECONDS`` at most: the agent may have let go of the memfd,
         whose memory this mapping holds."""
         with self._lock:
-            if (mapping.inode in self._idle or not mapping.unreferenced()
+            if (not mapping.reuse or mapping.inode in self._idle or not mapping.unreferenced()
                     or not self._clean(mapping)):
                 return
             self._idle[mapping.inode] = (mapping, time.monotonic())
@@ -263,10 +284,10 @@ class MapsReceiver:
 class MappedFile:
     """A kept buffer a worker received for a task: its memfd, mapped when the task starts."""
 
-    __slots__ = ("__weakref__", "fd", "inode", "receiver", "size")
+    __slots__ = ("__weakref__", "fd", "inode", "receiver", "reuse", "size")
 
-    def __init__(self, receiver: MapsReceiver, fd: int, size: int) -> None:
-        self.receiver, self.fd, self.size = receiver, fd, size
+    def __init__(self, receiver: MapsReceiver, fd: int, size: int, reuse: bool = True) -> None:
+        self.receiver, self.fd, self.size, self.reuse = receiver, fd, size, reuse
         self.inode = os.fstat(fd).st_ino
         weakref.finalize(self, os.close, fd)
 
@@ -274,10 +295,10 @@ class MappedFile:
 class _Mapping:
     """A private mapping of a memfd, and where it is."""
 
-    __slots__ = ("address", "inode", "map", "size")
+    __slots__ = ("address", "inode", "map", "reuse", "size")
 
-    def __init__(self, mapped: mmap.mmap, inode: int) -> None:
-        self.map, self.inode, self.size = mapped, inode, len(mapped)
+    def __init__(self, mapped: mmap.mmap, inode: int, reuse: bool = True) -> None:
+        self.map, self.inode, self.size, self.reuse = mapped, inode, len(mapped), reuse
         pointer = ctypes.c_char.from_buffer(mapped)
         self.address = ctypes.addressof(pointer)
         del pointer  # its export of the mapping ends here

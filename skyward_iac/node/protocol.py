@@ -211,7 +211,7 @@ def new_buffer(size: int) -> bytearray | mmap.mmap:
     return bytearray(size)
 
 
-def fill(stream: ByteStream, buffer: bytearray | mmap.mmap,
+def fill(stream: ByteStream, buffer: bytearray | mmap.mmap | memoryview,
          progress: Callable[[int], None] | None = None) -> None:
     """Read ``len(buffer)`` bytes into ``buffer``, telling ``progress`` how many have arrived
     after each read; ``ConnectionClosed`` if the stream ends first."""

@@ -26,10 +26,13 @@ one raises ``SourceLost``, and a task holding one is never run (``lost``, node/s
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import mmap
+import os
 import pickle
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -46,6 +49,12 @@ MAX_RELAYED_BUFFERS = 64
 #: A forwarding send waits for this many new bytes (or the buffer's end) before it writes:
 #: fewer, larger writes to the worker.
 FORWARD_STEP = 1 << 20
+#: An arriving buffer is read this much at a time, then written to its memfd.
+FILL_PIECE = 1 << 20
+#: Seals of a buffer that has arrived (``Arriving.memfd``); ``F_SEAL_FUTURE_WRITE`` (Linux
+#: 5.1) is not named by Python 3.11's fcntl.
+ARRIVED_SEALS = (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+                 | getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010))
 
 
 class SourceLost(OSError):
@@ -54,24 +63,51 @@ class SourceLost(OSError):
 
 
 class Arriving(mmap.mmap):
-    """A received out-of-band buffer that may still be filling: lazily mapped anonymous
-    memory and how many of its bytes have arrived."""
+    """A received out-of-band buffer that may still be filling, and how many of its bytes have
+    arrived: a memfd (pages allocated as bytes arrive), mapped shared and read-only here, so
+    that once complete a worker maps the very same pages (``memfd``, node/buffer_maps.py)
+    instead of being sent a copy of the bytes."""
 
     arrived: int
     lost: bool
+    fd: int
     _changed: threading.Condition
     _wanted: int
+    _sealed: bool
 
     def __new__(cls, size: int) -> Self:
-        self = super().__new__(cls, -1, size, flags=mmap.MAP_PRIVATE)
+        fd = os.memfd_create("skyward-arg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            # Read-only: the bytes are written to the file (``fill_from``), never through it.
+            self = super().__new__(cls, fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)
         self.arrived = 0
         self.lost = False
         self._changed = threading.Condition()
         self._wanted = 0  # how many bytes its forwarding send waits for
+        self._sealed = False
         return self
 
+    def memfd(self) -> int:
+        """Its memfd once every byte has arrived (``SourceLost`` if they never will), sealed:
+        nobody can write to it, grow or shrink it any more. (``F_SEAL_FUTURE_WRITE``:
+        ``F_SEAL_WRITE`` would refuse while this object's own shared mapping exists, which is
+        read-only.)"""
+        size = len(self)
+        self._wait_for(size, size)
+        with self._changed:
+            if not self._sealed:
+                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, ARRIVED_SEALS)
+                self._sealed = True
+        return self.fd
+
     def fill_from(self, stream: protocol.ByteStream) -> None:
-        protocol.fill(stream, self, self._advance)
+        _fill_file(stream, self.fd, len(self), self._advance)
 
     def _advance(self, arrived: int) -> None:
         with self._changed:
@@ -109,6 +145,26 @@ class Arriving(mmap.mmap):
             if self.arrived < wanted:
                 raise SourceLost(f"a {size}-byte buffer stopped after {self.arrived} bytes")
             return self.arrived
+
+
+def _fill_file(stream: protocol.ByteStream, fd: int, size: int,
+              progress: Callable[[int], None] | None = None) -> None:
+    """Read ``size`` bytes from ``stream`` into the file ``fd`` from its start, ``FILL_PIECE``
+    at a time through one buffer, telling ``progress`` how many are there after each;
+    ``protocol.ConnectionClosed`` if the stream ends first. ``pwrite`` allocates a memfd's
+    pages as it fills them, unzeroed and in bulk: written through a mapping, each 4 KiB page
+    would be faulted in and zeroed first (most of what receiving 100 MB cost on a node)."""
+    piece = memoryview(bytearray(min(size, FILL_PIECE)))
+    written = 0
+    while written < size:
+        want = min(len(piece), size - written)
+        protocol.fill(stream, piece[:want])  # type: ignore[arg-type]
+        done = 0
+        while done < want:
+            done += os.pwrite(fd, piece[done:want], written + done)
+        written += want
+        if progress is not None:
+            progress(written)
 
 
 def receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], None] | None]:

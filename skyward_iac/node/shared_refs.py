@@ -9,8 +9,9 @@ of that, pickled inside the ``Task`` (only ``Keep.buffer`` travels out of band):
 - ``Keep(digest, buffer, evict)``, client -> agent: here are the bytes; keep them under
   ``digest`` for later tasks of this connection, after forgetting the digests in ``evict``.
 - ``Use(digest, size)``, client -> agent: the bytes kept under ``digest``.
-- ``Mapped(serial, size)``, agent -> worker: the bytes are in the memfd sent on the worker's
-  maps socket with ``serial``.
+- ``Mapped(serial, size, reuse)``, agent -> worker: the bytes are in the memfd sent on the
+  worker's maps socket with ``serial`` (a kept argument's, or any large buffer's that arrived
+  whole: node/buffer_maps.py).
 
 The digest is the client's business (xxh3-128 of the bytes); the agent only compares it.
 """
@@ -53,11 +54,13 @@ class Use:
 
 @dataclass(frozen=True, slots=True)
 class Mapped:
-    """Agent -> worker: a kept buffer of ``size`` bytes, whose memfd comes on the maps socket
-    with ``serial`` (the worker maps it privately: a task that writes to it copies a page)."""
+    """Agent -> worker: a buffer of ``size`` bytes, whose memfd comes on the maps socket with
+    ``serial`` (the worker maps it privately: a task that writes to it copies a page);
+    ``reuse``: a kept argument, whose mapping may serve the worker's next task on it."""
 
     serial: int
     size: int
+    reuse: bool = True
 
 
 #: The forms pickled in band inside a ``Task`` (``messages._out_of_band`` leaves them be).

@@ -1,9 +1,11 @@
 """The agent's cut-through relay (node/relay.py): a large argument's bytes reach the worker
-while the client is still sending them, and a client that leaves mid-argument never gets a
-truncated task run."""
+while the client is still sending them (or, once all there, its sealed memfd does), and a client
+that leaves mid-argument never gets a truncated task run."""
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import socket
 import threading
@@ -17,7 +19,9 @@ import numpy as np
 import pytest
 
 from skyward_iac.node import protocol, relay
+from skyward_iac.node.buffer_maps import Lease, MapsReceiver, MapsSender
 from skyward_iac.node.messages import Task
+from skyward_iac.node.shared_refs import Mapped
 from skyward_iac.remote.agent_client import AgentClient
 from tests.agent_process import TOKEN, Agent, running_agent, wait_until
 
@@ -150,3 +154,86 @@ def test_a_task_whose_client_left_mid_argument_never_runs(agent: Agent, tmp_path
         client.close()
     log = (agent.workdir / "agent.log").read_text()
     assert "left mid-argument" in log
+
+
+def _arrived(data: bytes) -> relay.Arriving:
+    """``data`` received into an ``Arriving`` from a socket, in odd-sized pieces."""
+    ours, theirs = socket.socketpair()
+    arriving = relay.Arriving(len(data))
+
+    def send() -> None:
+        with ours:
+            for start in range(0, len(data), 100_003):
+                ours.sendall(data[start:start + 100_003])
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    with theirs:
+        arriving.fill_from(theirs)
+    sender.join()
+    return arriving
+
+
+def test_an_argument_arrives_into_a_memfd_sealed_once_whole() -> None:
+    data = os.urandom(3 * MIB + 5)
+    arriving = _arrived(data)
+    fd = arriving.memfd()
+    assert os.pread(fd, len(data) + 1, 0) == data == bytes(arriving)
+    seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    assert seals & relay.ARRIVED_SEALS == relay.ARRIVED_SEALS
+    with pytest.raises(PermissionError):
+        os.pwrite(fd, b"x", 0)
+    with pytest.raises(PermissionError):
+        os.ftruncate(fd, 1)
+    with pytest.raises(PermissionError):  # nobody maps it writable and shared any more
+        mmap.mmap(fd, len(data), flags=mmap.MAP_SHARED)
+    private = mmap.mmap(fd, len(data), flags=mmap.MAP_PRIVATE)  # as a worker maps it
+    private[:1] = bytes([data[0] ^ 1])  # a task's write stays its own
+    assert os.pread(fd, 1, 0) == data[:1]
+    private.close()
+
+
+def test_an_argument_that_never_arrives_whole_is_never_mapped() -> None:
+    ours, theirs = socket.socketpair()
+    arriving = relay.Arriving(2 * MIB)
+    ours.sendall(os.urandom(1000))  # fits the socket's buffer: sent before it is read
+    ours.close()
+    with theirs, pytest.raises(protocol.ConnectionClosed):
+        arriving.fill_from(theirs)
+    arriving.abandon()
+    with pytest.raises(relay.SourceLost):
+        arriving.memfd()
+
+
+def test_a_worker_is_sent_the_memfd_of_an_arrived_argument_not_its_bytes() -> None:
+    data = os.urandom(2 * MIB)
+    sender = MapsSender()
+    receiver = MapsReceiver(os.dup(sender.worker_fd()))
+    sender.started()
+    try:
+        task = Task(1, "f", b"", None, (b"small", _arrived(data)))
+        (sent,) = sender.for_worker([task])
+        assert sent.buffers == (b"small", Mapped(1, len(data), reuse=False))
+        resolved = receiver.resolve(sent)
+        with Lease(resolved.buffers) as (small, mapped):
+            assert small == b"small" and bytes(mapped) == data
+        assert not receiver._idle  # no later task maps it: not kept mapped
+    finally:
+        receiver.close()
+        sender.close()
+
+
+def test_a_real_agents_worker_maps_the_argument_it_arrived_in(agent: Agent) -> None:
+    data = os.urandom(4 * MIB)
+
+    def crc_and_where(array: Any) -> tuple[int, bool]:  # pickled by value: runs on the worker
+        with open("/proc/self/maps") as maps:
+            return zlib.crc32(array), "memfd:skyward-arg" in maps.read()
+
+    client = AgentClient(agent.connect(), TOKEN, node=0)
+    try:
+        payload, buffers = protocol.dumps_with_buffers((crc_and_where, (_array(data),), {}))
+        future = client.submit("crc", payload, timeout=60, buffers=buffers)
+        assert future.result(60) == (zlib.crc32(data), True)
+    finally:
+        client.close()

@@ -103,19 +103,21 @@ def _value(result: Result) -> Any:
 
 
 def _kept_memfds(pid: int) -> int:
-    """The agent's descriptors of kept buffers' memfds."""
-    count = 0
+    """The agent's memfds of large arguments (each counted once, however many descriptors
+    it holds of it: the one it arrived in is also mapped)."""
+    inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
-            count += "skyward-kept" in os.readlink(fd)
+            if "memfd:skyward-" in os.readlink(fd):
+                inodes.add(fd.stat().st_ino)
         except FileNotFoundError:
             pass
-    return count
+    return len(inodes)
 
 
 def _workers_mapping_kept(agent: int) -> int:
-    """How many of the agent's workers still map a kept buffer's memfd."""
-    return sum("skyward-kept" in Path(f"/proc/{pid}/maps").read_text()
+    """How many of the agent's workers still map a large argument's memfd."""
+    return sum("memfd:skyward-" in Path(f"/proc/{pid}/maps").read_text()
                for pid in children(agent))
 
 
@@ -235,7 +237,7 @@ def test_a_connections_buffers_are_freed_when_it_closes(agent: Agent) -> None:
     try:
         for _ in range(3):
             assert _submit(client, zlib.crc32, array).result(60) == zlib.crc32(array)
-        assert _kept_memfds(agent.pid) == 1  # made when a task first referred to it
+        assert _kept_memfds(agent.pid) == 1  # the one it arrived in, kept
         assert _workers_mapping_kept(agent.pid) == 1  # kept for a next task, for a while
     finally:
         client.close()
