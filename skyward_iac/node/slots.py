@@ -69,15 +69,17 @@ class WorkerProcess:
                  on_exit: Callable[[WorkerProcess], None], index: int = 0,
                  launch: Launch | None = None, lifeline: int | None = None,
                  group: int | None = None) -> None:
-        ours, theirs = socket.socketpair()
+        # A pair each way: over one, each end's sleeping reader also woke when its peer read.
+        (to_worker, worker_in), (from_worker, worker_out) = socket.socketpair(), socket.socketpair()
         # An unlinked file: the worker's counter outlives the worker, for the agent to read.
         with tempfile.TemporaryFile() as counter_file:
             counter_file.truncate(COUNTER.size)
             self.counter = mmap.mmap(counter_file.fileno(), COUNTER.size)
-            command = node_command("worker", "--fd", str(theirs.fileno()), "--slots", str(slots),
+            command = node_command("worker", "--fd", str(worker_in.fileno()),
+                                   "--out-fd", str(worker_out.fileno()), "--slots", str(slots),
                                    "--counter-fd", str(counter_file.fileno()),
                                    *(["--once"] if once else []))
-            passed = [theirs.fileno(), counter_file.fileno()]
+            passed = [worker_in.fileno(), worker_out.fileno(), counter_file.fileno()]
             #: Where kept arguments' memfds go to the worker (node/buffer_maps.py).
             self.maps = MapsSender()
             command += ["--maps-fd", str(self.maps.worker_fd())]
@@ -93,9 +95,11 @@ class WorkerProcess:
                 env.update(extra)
             self.process = subprocess.Popen(command, env={**os.environ, **env},
                                             pass_fds=passed)
-        theirs.close()
+        worker_in.close()
+        worker_out.close()
         self.maps.started()
-        self.channel = protocol.Channel(ReadAhead(ours), ours)  # a result's frame in one read
+        self.channel = protocol.Channel(ReadAhead(from_worker), to_worker)  # a frame in one read
+        self.to_worker = to_worker
         #: Assigned and unfinished, in assignment order: task id -> (sequence number, task).
         self.running: dict[int, tuple[int, Task]] = {}
         self.capacity = slots + prefetch
@@ -144,6 +148,7 @@ class WorkerProcess:
             log.error("worker %s broke the protocol (%s); stopping it", self.process.pid, exc)
             self.kill()
         self.channel.close()
+        ReadAhead(self.to_worker).close()  # shut down, then closed, as the channel's own
         self.maps.close()
         self._on_exit(self)
 
@@ -236,9 +241,6 @@ class Slots:
         """Leave the plugins' ``around_app`` contexts (the agent is stopping)."""
         if self.plugins is not None:
             self.plugins.close()
-
-    def submit(self, task: Task, route: Route) -> None:
-        self.submit_many([task], route)
 
     def submit_many(self, tasks: Sequence[Task], route: Route) -> None:
         """Queue tasks from one client connection and start what fits."""

@@ -1,7 +1,8 @@
 """A worker process on a node: runs the tasks its agent hands it and streams their output.
 
-Started by the agent as ``python -m skyward_iac.node worker --fd N [--slots K]
-[--counter-fd C] [--once]`` with one end of a socket pair. ``K`` runner threads take tasks from
+Started by the agent as ``python -m skyward_iac.node worker --fd N --out-fd M [--slots K]
+[--counter-fd C] [--once]``: the agent's frames arrive on ``N``, its own go out on ``M`` (one
+socket pair each way, see ``slots.WorkerProcess``). ``K`` runner threads take tasks from
 a local FIFO queue (the agent may send tasks ahead of free slots, so a busy worker never waits
 for its agent between short tasks). Before a task starts, the count of tasks taken from the
 queue is written to the shared counter ``C``: if a task kills this process (``os._exit``, a
@@ -306,7 +307,8 @@ def _start_plugins(pickled: bytes, instance: InstanceInfo) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m skyward_iac.node worker", description=__doc__)
-    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--fd", type=int, required=True, help="the agent's frames come here")
+    parser.add_argument("--out-fd", type=int, help="frames for the agent go here (default: --fd)")
     parser.add_argument("--slots", type=int, default=1, help="tasks running at once")
     parser.add_argument("--counter-fd", type=int, help="shared counter of tasks taken")
     parser.add_argument("--once", action="store_true", help="exit after one task")
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         watch_lifeline(args.lifeline_fd, args.agent_group)
     sock = socket.socket(fileno=args.fd)
     stream = read_ahead.ReadAhead(sock)  # a task's frame in one read
-    channel = Channel(stream, sock)
+    channel = Channel(stream, sock if args.out_fd is None else socket.socket(fileno=args.out_fd))
     outbox = Outbox(channel, on_gone=lambda: agent_gone(args.agent_group))
     streams = [TaskStream("stdout", outbox, sys.stdout), TaskStream("stderr", outbox, sys.stderr)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
