@@ -18,7 +18,9 @@ burst of load from elsewhere hits every figure alike:
 
 Prints p50 and p90 in ms, the CPU time the agent and its workers spent per call (all their
 threads, from /proc/PID/task/*/schedstat: unlike the wall clock, it barely moves with the load
-others put on the machine), and the agent's ratios to the floors, with the load average.
+others put on the machine) and how many times per call their threads went to sleep (voluntary
+context switches: a round trip needs one per thread it crosses; more is a wake-up for nothing),
+and the agent's ratios to the floors, with the load average.
 """
 
 from __future__ import annotations
@@ -157,12 +159,14 @@ class AgentUnderTest:
         payload = self._dumps((self._function, (i,), {}))
         self.client.submit("noop", payload, None).result(30)
 
-    def cpu_ns(self) -> int:
-        """CPU time the agent and its workers have used so far (every thread's, in ns)."""
+    def cpu_ns(self) -> tuple[int, int]:
+        """CPU time the agent and its workers have used so far (every thread's, in ns), and
+        how many times their threads went to sleep."""
         pids = [self.process.pid]
         for task in Path(f"/proc/{self.process.pid}/task").glob("*"):
             pids += [int(child) for child in (task / "children").read_text().split()]
-        return sum(_cpu_ns(pid) for pid in pids)
+        used = [_cpu_ns(pid) for pid in pids]
+        return sum(ns for ns, _ in used), sum(sleeps for _, sleeps in used)
 
     def close(self) -> None:
         self.client.close()
@@ -188,15 +192,18 @@ def _data_port(workdir: Path) -> tuple[list[str], Any]:
              "--data-port-file", str(workdir / "data.port")], context)
 
 
-def _cpu_ns(pid: int) -> int:
-    """On-CPU time of all of ``pid``'s threads (schedstat: ns, unlike /proc/stat's ticks)."""
-    total = 0
+def _cpu_ns(pid: int) -> tuple[int, int]:
+    """On-CPU time of all of ``pid``'s threads (schedstat: ns, unlike /proc/stat's ticks) and
+    their voluntary context switches (each a sleep: waiting for a frame, a lock, the GIL)."""
+    total = sleeps = 0
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             total += int((task / "schedstat").read_text().split()[0])
+            status = (task / "status").read_text()
         except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total
+            continue  # a thread that ended meanwhile
+        sleeps += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    return total, sleeps
 
 
 def measure(calls: int, tree: Path, concurrency: int, executor: str,
@@ -226,16 +233,19 @@ def measure(calls: int, tree: Path, concurrency: int, executor: str,
             per_round = max(1, calls // ROUNDS)
             node_cpu = {"agent": agent, **({"baseline": before} if before is not None else {})}
             cpu: dict[str, int] = dict.fromkeys(node_cpu, 0)
+            sleeps: dict[str, int] = dict.fromkeys(node_cpu, 0)
             for _ in range(ROUNDS):
                 for name, call in systems.items():
                     bucket = samples.setdefault(name, [])
-                    used = node_cpu[name].cpu_ns() if name in node_cpu else 0
+                    used, slept = node_cpu[name].cpu_ns() if name in node_cpu else (0, 0)
                     for i in range(per_round):
                         started = time.perf_counter()
                         call(i)
                         bucket.append((time.perf_counter() - started) * 1e3)
                     if name in node_cpu:
-                        cpu[name] += node_cpu[name].cpu_ns() - used
+                        now_used, now_slept = node_cpu[name].cpu_ns()
+                        cpu[name] += now_used - used
+                        sleeps[name] += now_slept - slept
         finally:
             agent.close()
             if before is not None:
@@ -247,6 +257,7 @@ def measure(calls: int, tree: Path, concurrency: int, executor: str,
                for name, s in samples.items()}
     for name, used in cpu.items():  # the node's CPU per round trip: robust to others' load
         figures[name]["node_cpu_us"] = used / 1e3 / len(samples[name])
+        figures[name]["node_sleeps"] = sleeps[name] / len(samples[name])
     agent50 = figures["agent"]["p50"]
     return {
         "tree": str(tree), "baseline": str(baseline), "tls": tls, "load": os.getloadavg(),
@@ -316,7 +327,8 @@ def trace(calls: int, tree: Path, concurrency: int, executor: str, tls: bool = F
 def report(result: dict[str, Any]) -> str:
     lines = [f"tree {result['tree']}  baseline {result['baseline']}  tls {result['tls']}  load {' '.join(f'{x:.2f}' for x in result['load'])}"]
     for name, f in result["figures"].items():
-        cpu = f"  node CPU {f['node_cpu_us']:.0f} µs/call" if "node_cpu_us" in f else ""
+        cpu = (f"  node CPU {f['node_cpu_us']:.0f} µs, {f['node_sleeps']:.2f} sleeps/call"
+               if "node_cpu_us" in f else "")
         lines.append(f"  {name:12s} p50 {f['p50']:.3f} ms  p90 {f['p90']:.3f} ms  (n={f['n']})"
                      + cpu)
     lines.append("  agent / " + ", ".join(f"{name} {r:.2f}x"
