@@ -88,9 +88,8 @@ class Kept:
         (``relay.Arriving``), once they all have (``relay.SourceLost`` if they never will), or
         else a copy made now."""
         with self._lock:
-            arrived = getattr(self._origin, "memfd", None)
-            if self._fd is None and arrived is not None and len(self._origin) == self.size:
-                self._fd = arrived()  # the origin owns it, and is kept with it
+            if self._fd is None and _memfd_backed(self._origin, self.size):
+                self._fd = self._origin.memfd()  # the origin owns it, and is kept with it
             elif self._fd is None:
                 fd = os.memfd_create("skyward-kept", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
                 try:
@@ -175,11 +174,15 @@ def _mappable(buffer: Any) -> Any:
     if isinstance(buffer, Kept):
         return buffer
     whole = buffer.obj if isinstance(buffer, memoryview) else buffer
-    if not isinstance(whole, mmap.mmap) or not callable(getattr(whole, "memfd", None)):
-        return None
-    if whole is not buffer and (buffer.nbytes != len(whole) or not buffer.contiguous):
-        return None
-    return whole
+    if whole is buffer:
+        return whole if _memfd_backed(whole, len(whole)) else None
+    return whole if buffer.contiguous and _memfd_backed(whole, buffer.nbytes) else None
+
+
+def _memfd_backed(buffer: Any, size: int) -> bool:
+    """Whether ``buffer`` is all ``size`` bytes of an arriving buffer held in a memfd."""
+    return (isinstance(buffer, mmap.mmap) and getattr(buffer, "fd", None) is not None
+            and len(buffer) == size)
 
 
 class MapsReceiver:

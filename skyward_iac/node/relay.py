@@ -51,6 +51,8 @@ MAX_RELAYED_BUFFERS = 64
 FORWARD_STEP = 1 << 20
 #: An arriving buffer is read this much at a time, then written to its memfd.
 FILL_PIECE = 1 << 20
+#: Arriving buffers at least this large go into a memfd a worker maps (one descriptor each).
+MAPPED_MIN = protocol.LAZY_MIN
 #: Seals of a buffer that has arrived (``Arriving.memfd``); ``F_SEAL_FUTURE_WRITE`` (Linux
 #: 5.1) is not named by Python 3.11's fcntl.
 ARRIVED_SEALS = (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -64,28 +66,35 @@ class SourceLost(OSError):
 
 class Arriving(mmap.mmap):
     """A received out-of-band buffer that may still be filling, and how many of its bytes have
-    arrived: a memfd (pages allocated as bytes arrive), mapped shared and read-only here, so
-    that once complete a worker maps the very same pages (``memfd``, node/buffer_maps.py)
-    instead of being sent a copy of the bytes."""
+    arrived. From ``MAPPED_MIN`` bytes on it is a memfd (pages allocated as bytes arrive),
+    mapped shared and read-only here, so that once complete a worker maps the very same pages
+    (``memfd``, node/buffer_maps.py) instead of being sent a copy of the bytes; a smaller one
+    is lazily mapped anonymous memory, sent as bytes (a descriptor apiece would cost more)."""
 
     arrived: int
     lost: bool
-    fd: int
+    #: The memfd (None: anonymous memory).
+    fd: int | None
     _changed: threading.Condition
     _wanted: int
     _sealed: bool
 
     def __new__(cls, size: int) -> Self:
-        fd = os.memfd_create("skyward-arg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.ftruncate(fd, size)
-            # Read-only: the bytes are written to the file (``fill_from``), never through it.
-            self = super().__new__(cls, fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
-        weakref.finalize(self, os.close, fd)
+        if size < MAPPED_MIN:
+            self = super().__new__(cls, -1, size, flags=mmap.MAP_PRIVATE)
+            self.fd = None
+        else:
+            fd = os.memfd_create("skyward-arg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            try:
+                os.ftruncate(fd, size)
+                # Read-only: the bytes are written to the file (``fill_from``), not through it.
+                self = super().__new__(cls, fd, size, flags=mmap.MAP_SHARED,
+                                       prot=mmap.PROT_READ)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.fd = fd
+            weakref.finalize(self, os.close, fd)
         self.arrived = 0
         self.lost = False
         self._changed = threading.Condition()
@@ -97,7 +106,9 @@ class Arriving(mmap.mmap):
         """Its memfd once every byte has arrived (``SourceLost`` if they never will), sealed:
         nobody can write to it, grow or shrink it any more. (``F_SEAL_FUTURE_WRITE``:
         ``F_SEAL_WRITE`` would refuse while this object's own shared mapping exists, which is
-        read-only.)"""
+        read-only.) ``ValueError`` for one in anonymous memory."""
+        if self.fd is None:
+            raise ValueError("a buffer smaller than MAPPED_MIN arrives in anonymous memory")
         size = len(self)
         self._wait_for(size, size)
         with self._changed:
@@ -107,7 +118,10 @@ class Arriving(mmap.mmap):
         return self.fd
 
     def fill_from(self, stream: protocol.ByteStream) -> None:
-        _fill_file(stream, self.fd, len(self), self._advance)
+        if self.fd is None:
+            protocol.fill(stream, self, self._advance)
+        else:
+            _fill_file(stream, self.fd, len(self), self._advance)
 
     def _advance(self, arrived: int) -> None:
         with self._changed:

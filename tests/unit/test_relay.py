@@ -237,3 +237,17 @@ def test_a_real_agents_worker_maps_the_argument_it_arrived_in(agent: Agent) -> N
         assert future.result(60) == (zlib.crc32(data), True)
     finally:
         client.close()
+
+
+def test_a_small_argument_arrives_in_anonymous_memory_and_travels_as_bytes() -> None:
+    data = os.urandom(relay.MAPPED_MIN // 2)
+    arriving = _arrived(data)  # no descriptor for it: a frame of many would hold too many
+    assert arriving.fd is None and bytes(arriving) == data
+    with pytest.raises(ValueError):
+        arriving.memfd()
+    task = Task(1, "f", b"", None, (arriving,))
+    sender = MapsSender()
+    try:
+        assert sender.for_worker([task]) == [task]
+    finally:
+        sender.close()
