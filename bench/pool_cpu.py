@@ -18,6 +18,8 @@ The processes of one run are its pool script and, transitively, every process wh
 and all its sessions move to one of their own, deleted at destroy). The by-cgroup figure is the
 truer total: acct truncates each process to 10 ms ticks, so hundreds of short shells (the sshd
 sessions' ``.bashrc``) count as ~0 there. The peer's CPU is its cgroup's, for the same reason.
+acct is one file for the whole machine: two benches at once take each other's records (a run
+whose own record is missing says so), the by-cgroup figures are unaffected.
 The pools run the skyward_iac of the checkout the script is in (PYTHONPATH), so a copy of
 another commit (``git archive``) measures that commit under the same conditions.
 
@@ -304,6 +306,12 @@ def main() -> None:
               f"{node_cpu:.2f}; the node watchdogs run outside both)")
         print(f"   {phases.get('skyward_iac')}; phases (wall s): " + ", ".join(
             f"{k} {v:.1f}" for k, v in phases.items() if isinstance(v, float)))
+        if not any(record["pid"] == run.pid for record in records):
+            # acct(2) is machine-wide: another process (a second bench) that turned it on or
+            # off meanwhile took the records of this run's last processes with it.
+            print("   WARNING: the pool script's own acct record is missing: accounting was "
+                  "switched by another process during the run (another bench?), so the "
+                  "by-process figures below are incomplete; the by-cgroup total holds")
         print(f"{'kind':<60} {'procs':>6} {'CPU-s':>7}")
         for kind, cpus in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
             print(f"{kind[:60]:<60} {len(cpus):>6} {sum(cpus):>7.2f}")
