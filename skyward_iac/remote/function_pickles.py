@@ -12,8 +12,9 @@ changes the fingerprint, and the function is pickled again.
 
 Only what can be read back cheaply and exactly is fingerprinted: ``None``, numbers, strings,
 bytes, code objects, tuples, frozensets, lists, sets and dicts of those (their items are read
-every time), modules and functions or classes that pickle by reference (by their names), and
-functions that pickle by value built of such. Anything else -- an instance, an array, a class
+every time), type hints such as ``list[int]`` and ``A | None``, modules, built-in functions and
+functions or classes that pickle by reference (by their names), and functions that pickle by
+value built of such. Anything else -- an instance, an array, a class
 pickled by value (its namespace may change in any way) -- or more than ``BUDGET`` objects, and
 the function is pickled on every call, as before.
 
@@ -53,6 +54,10 @@ _EMPTY = _Marker()
 _MISSING = _Marker()
 #: Closes a container's items (so two sequences of objects cannot read alike).
 _END = _Marker()
+#: Classes cloudpickle pickles as constants, though no module holds them by name.
+_FIXED_TYPES = (type(None), type(Ellipsis), type(NotImplemented))
+#: ``Py_TPFLAGS_HEAPTYPE``: a class made by a ``class`` statement (its names may be changed).
+_HEAP_TYPE = 1 << 9
 _ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes, types.CodeType,
                     type(Ellipsis), type(NotImplemented), _Marker})
 
@@ -107,11 +112,19 @@ class _Fingerprint:
             objects.append(obj.__name__)
             self.packages = self.packages or bool(getattr(obj, "__package__", None))
         elif isinstance(obj, type):
+            if obj in _FIXED_TYPES or obj in _cp._BUILTIN_TYPE_NAMES:
+                return  # pickled as cloudpickle's constants (``_class_reduce``)
             if not _cp._should_pickle_by_reference(obj):
                 raise _Uncacheable  # pickled by value: its namespace may change in any way
-            objects.extend((obj.__module__, obj.__qualname__))
-        elif kind is types.BuiltinFunctionType and isinstance(obj.__self__, types.ModuleType):
-            objects.extend((obj.__self__, obj.__qualname__))  # ``len``, ``math.sqrt``
+            if obj.__flags__ & _HEAP_TYPE:  # a built-in type's names are fixed (and made anew)
+                objects.extend((obj.__module__, obj.__qualname__))
+        elif kind is types.GenericAlias or kind is types.UnionType:  # ``list[int]``, ``A | B``
+            self.each(obj.__args__)
+            if kind is types.GenericAlias:
+                self.add(obj.__origin__)
+        elif (kind is types.BuiltinFunctionType and isinstance(obj.__self__, types.ModuleType)
+              and getattr(obj.__self__, obj.__name__, None) is obj):
+            pass  # ``len``, ``math.sqrt``: pickled by name, and its name and module are fixed
         else:
             raise _Uncacheable
 

@@ -50,6 +50,12 @@ def with_default(x=3, *, y=4):
 def uses_math():
     return math.floor(2.5)
 
+def uses_floor():
+    return floor(2.5)
+
+def typed(x: int, y: list[int] | None = None, z: "str" = "") -> dict[str, int]:
+    return {z: x}
+
 def uses_package():
     return rttcpkg.sub.VALUE
 
@@ -72,8 +78,10 @@ def scratch() -> Iterator[types.ModuleType]:
     module = types.ModuleType("rttc_scratch")
     module.__file__ = "/nonexistent/rttc_scratch.py"
     sys.modules[module.__name__] = module
-    exec(compile(textwrap.dedent(SOURCE), module.__file__, "exec"), module.__dict__)  # noqa: S102
+    code = compile(textwrap.dedent(SOURCE), module.__file__, "exec", dont_inherit=True)
+    exec(code, module.__dict__)  # noqa: S102
     module.math = __import__("math")
+    module.floor = module.math.floor
     cloudpickle.register_pickle_by_value(module)
     function_pickles.forget()
     try:
@@ -212,6 +220,30 @@ def test_recursion_and_modules_by_reference_are_kept(scratch: types.ModuleType) 
         assert check(scratch.recursive, dumps, 3) == 0
         assert check(scratch.uses_math, dumps) == 2
     assert dumps.calls == 2
+
+
+def test_type_hints_are_kept(scratch: types.ModuleType) -> None:
+    dumps = Counting()
+    for _ in range(3):
+        assert check(scratch.typed, dumps, 1) == {"": 1}
+    assert dumps.calls == 1
+    scratch.typed.__annotations__["x"] = float
+    assert pickle.loads(function_pickles.pickled(scratch.typed, dumps)).__annotations__["x"] \
+        is float
+    assert dumps.calls == 2
+
+
+def test_a_builtin_function_travels_by_name_while_its_module_has_it(
+        scratch: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    dumps = Counting()
+    assert check(scratch.uses_floor, dumps) == 2
+    assert check(scratch.uses_floor, dumps) == 2
+    assert dumps.calls == 1
+    # Its module no longer holds it: pickled as today (pickle refuses it), never kept bytes.
+    monkeypatch.setattr(scratch.math, "floor", lambda x: -1)
+    assert function_pickles.fingerprint(scratch.uses_floor) is None
+    with pytest.raises(pickle.PicklingError):
+        function_pickles.pickled(scratch.uses_floor, dumps)
 
 
 def test_a_newly_imported_submodule_of_a_used_package_is_seen(
