@@ -5,9 +5,6 @@ program has not made when it returns falls back to the engine's read."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -16,19 +13,10 @@ import pytest
 from skyward_iac.infra.engine.lean_stack import LeanStack
 from skyward_iac.infra.stacks import home
 from skyward_iac.infra.stacks import stack as stack_module
+from tests.integration.test_first_tags import backend  # noqa: F401 - the fixture
 
-
-@pytest.fixture(autouse=True)
-def backend(tmp_path: Path) -> Iterator[Path]:
-    saved = dict(os.environ)
-    root = tmp_path / "state"
-    root.mkdir()
-    os.environ["SKYWARD_BACKEND_URL"] = f"file://{root}"
-    try:
-        yield root
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+#: A file backend of the test's own (the fixture of test_first_tags.py).
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _program() -> None:
