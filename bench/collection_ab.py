@@ -1,0 +1,191 @@
+"""Strong collections A/B: settings of the etcd client and server side by side with Dask, in
+turns, so a burst of load from elsewhere hits every contender alike.
+
+    .venv/bin/python bench/collection_ab.py [--kinds lock,queue,counter] [--seconds 12]
+        [--window 0.2] [--client NAME=VAR=VALUE[,VAR=VALUE]]... [--etcd NAME=VAR=VALUE]...
+        [--no-dask]
+
+Each ``--etcd`` starts one more etcd (the launcher's own ``etcd_server.start``, mutual TLS,
+``--unsafe-no-fsync``) with extra environment, e.g. ``gomaxprocs1=GOMAXPROCS=1``; ``default``
+is always there; ``SKYWARD_ETCD_BIN`` there picks another etcd binary (``etcd3.6=SKYWARD_ETCD_BIN=
+/path/to/etcd``). Each ``--client`` adds a client process with extra environment (e.g.
+``eeoff=GRPC_EXPERIMENTS=-event_engine_client``) against the default etcd; every etcd besides
+the default gets a plain client. With Dask (the default) one more process drives
+``distributed.Lock``/``Queue`` against a ``LocalCluster`` scheduler started here.
+
+The contenders pass a token around a ring of pipes: each runs ``--window`` seconds of one kind,
+then hands over, until ``--seconds`` of turns are spent. Prints per contender and kind the
+operations per second over its turns, the client's CPU per operation and the server's (the
+etcd process, or this process for Dask's scheduler) from /proc: CPU per operation barely moves
+with others' load, the wall clock does. A lock operation is an acquire and a release, a queue
+operation a put and a get (``get(timeout=5)``), a counter operation a strong increment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_CONTENDER = r'''
+import json, os, statistics, sys, time
+spec = json.loads(sys.argv[1])
+sys.path.insert(0, spec["root"])
+
+def cpu(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+if spec["kind"] == "dask":
+    from distributed import Client, Lock, Queue
+    client = Client(spec["scheduler"])
+    lock, queue = Lock("ab-lock"), Queue("ab-queue")
+    ops = {"lock": lambda: (lock.acquire(), lock.release()),
+           "queue": lambda: (queue.put(1), queue.get(timeout=5))}
+else:
+    from skyward_iac.collections import BackendConfig, connect
+    etcd = spec["etcd"]
+    backend = connect(BackendConfig(endpoints=(etcd["endpoint"],), job_id=spec["name"],
+                                    ca_pem=etcd["ca"], cert_pem=etcd["cert"], key_pem=etcd["key"]))
+    lock, queue = backend.lock("ab-lock"), backend.queue("ab-queue")
+    counter = backend.counter("ab-counter", consistency="strong")
+    ops = {"lock": lambda: (lock.acquire(), lock.release()),
+           "queue": lambda: (queue.put(1), queue.get(timeout=5)), "counter": counter.increment}
+results = {}
+for kind in spec["kinds"]:
+    op = ops.get(kind)
+    for _ in range(20 if op else 0):
+        op()
+    done = elapsed = own = server = 0.0
+    for _ in range(spec["turns"]):
+        os.read(spec["token_in"], 1)
+        if op is not None:
+            server0, own0, started, count = cpu(spec["server_pid"]), time.process_time(), time.perf_counter(), 0
+            while time.perf_counter() < started + spec["window"]:
+                op()
+                count += 1
+            elapsed += time.perf_counter() - started
+            own += time.process_time() - own0
+            server += cpu(spec["server_pid"]) - server0
+            done += count
+        os.write(spec["token_out"], b".")
+    if done:
+        results[kind] = {"ops_s": done / elapsed, "client_ms": own / done * 1e3,
+                         "server_ms": server / done * 1e3}
+print(json.dumps(results), flush=True)
+'''
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def start_etcd(root: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One etcd as a pool's head runs it, with ``env`` added to its environment."""
+    from skyward_iac.collections import pki
+    from skyward_iac.node import etcd_server
+
+    address = "127.0.0.1"
+    bundle = pki.generate_cluster_certificates("ab", [address])
+    etcd_server.write_certificates(root / "certs", bundle.server)
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        server = etcd_server.start(root / "data", listen=address, client_port=_free_port(address),
+                                   peer_port=_free_port(address), certs_dir=root / "certs")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return {"endpoint": server.endpoint, "pid": server.pid, "data": str(root / "data"),
+            "ca": bundle.ca_pem, "cert": bundle.client_cert_pem, "key": bundle.client_key_pem}
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    name, _, assignments = text.partition("=")
+    env = dict(pair.split("=", 1) for pair in assignments.split(",") if pair)
+    return name, env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default="lock,queue,counter")
+    parser.add_argument("--seconds", type=float, default=12.0, help="turns per kind, in total")
+    parser.add_argument("--window", type=float, default=0.2, help="one turn, seconds")
+    parser.add_argument("--client", action="append", default=[], type=_variant)
+    parser.add_argument("--etcd", action="append", default=[], type=_variant)
+    parser.add_argument("--no-dask", action="store_true")
+    args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    from skyward_iac.node import etcd_server
+
+    temp = Path(tempfile.mkdtemp(prefix="collection-ab-"))
+    etcds: dict[str, dict[str, Any]] = {}
+    cluster = None
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        for name, env in [("default", {}), *args.etcd]:
+            etcds[name] = start_etcd(temp / name, env)
+        contenders: list[dict[str, Any]] = [
+            {"name": f"etcd:{name}", "kind": "sky", "etcd": etcd, "server_pid": etcd["pid"],
+             "env": {}} for name, etcd in etcds.items()]
+        contenders += [{"name": f"client:{name}", "kind": "sky", "etcd": etcds["default"],
+                        "server_pid": etcds["default"]["pid"], "env": env}
+                       for name, env in args.client]
+        if not args.no_dask:
+            from distributed import LocalCluster
+
+            cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None)
+            contenders.append({"name": "dask", "kind": "dask", "env": {}, "server_pid": os.getpid(),
+                               "scheduler": cluster.scheduler_address})
+        pipes = [os.pipe() for _ in contenders]  # contender i reads pipes[i], writes pipes[i + 1]
+        for index, contender in enumerate(contenders):
+            token_in, token_out = pipes[index][0], pipes[(index + 1) % len(pipes)][1]
+            spec = {**contender, "root": str(ROOT), "kinds": kinds, "window": args.window,
+                    "turns": max(1, round(args.seconds / args.window / len(contenders))),
+                    "token_in": token_in, "token_out": token_out}
+            processes.append(subprocess.Popen(
+                [sys.executable, "-c", _CONTENDER, json.dumps(spec)], stdout=subprocess.PIPE,
+                text=True, env={**os.environ, **contender["env"]}, pass_fds=(token_in, token_out)))
+        time.sleep(5.0)  # every contender past its imports and connected before the first turn
+        os.write(pipes[0][1], b".")
+        load = os.getloadavg()[0]
+        outputs = [process.communicate(timeout=600)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        if cluster is not None:
+            cluster.close()
+        for etcd in etcds.values():
+            etcd_server.stop(Path(etcd["data"]))
+        shutil.rmtree(temp, ignore_errors=True)
+    results = {c["name"]: json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+               for c, out in zip(contenders, outputs)}
+    print(f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}; {args.window:g} s turns")
+    for kind in kinds:
+        dask = results.get("dask", {}).get(kind, {}).get("ops_s")
+        for name, result in results.items():
+            if kind not in result:
+                continue
+            row = result[kind]
+            versus = f"  {row['ops_s'] / dask:.2f}x Dask" if dask and name != "dask" else ""
+            print(f"{kind:8} {name:22} {row['ops_s']:7.0f} ops/s  client {row['client_ms']:.3f} "
+                  f"ms/op  server {row['server_ms']:.3f} ms/op{versus}")
+
+
+if __name__ == "__main__":
+    main()
