@@ -109,9 +109,10 @@ def framed(task: Task) -> float:
 
 
 def relayed(task: Task, cut_through: bool) -> float:
-    """Client -> agent (TCP) -> worker (socket pair), as a task travels on a Local node, the
-    agent in a process of its own: its relay as it is (``cut_through``: buffers forwarded as
-    they arrive, node/relay.py) or store-and-forward (the whole frame read, then sent on)."""
+    """Client -> agent (TCP) -> worker (socket pair), the agent in a process of its own: its
+    bytes path (``cut_through``: buffers forwarded as they arrive, node/relay.py; what a buffer
+    under 1 MiB takes, a larger one goes as a memfd: see ``--agent``) or store-and-forward (the
+    whole frame read, then sent on)."""
     client, agent_in = _tcp_pair()
     agent_out, worker = socket.socketpair()
     forwarder = multiprocessing.get_context("fork").Process(
@@ -159,7 +160,7 @@ def main() -> None:
         "bare TLS 1.3, one hop": lambda: bare_tls(data, contexts),
         "frames, one TCP hop": lambda: framed(task),
         "relay, store-and-forward": lambda: relayed(task, cut_through=False),
-        "relay, cut-through (the agent's)": lambda: relayed(task, cut_through=True),
+        "relay, cut-through (bytes path)": lambda: relayed(task, cut_through=True),
     }
     calling = agent_call.AgentCall(folder, contexts[0]) if args.agent else nullcontext()
     with calling as through:
