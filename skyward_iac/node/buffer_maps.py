@@ -1,4 +1,5 @@
-"""A kept argument reaches a node's workers as a sealed memfd, mapped privately by each task.
+"""A large or kept argument reaches a node's workers as a sealed memfd, mapped privately by each
+task.
 
 A large buffer arrives from the client into a memfd (``relay.Arriving``, node/relay.py): once
 all of it is there, the memfd is sealed (no write, grow or shrink any more) and the worker that
@@ -6,11 +7,12 @@ runs the task is sent its descriptor instead of the bytes, so the bytes are writ
 node, by the agent's TLS or socket read, and never copied again. An argument the agent keeps
 (node/buffer_cache.py) is that same memfd for every later task; one that arrived any other way
 (more buffers in a frame than are relayed) is copied once into a memfd, sealed with
-``F_SEAL_WRITE``, when a task first needs it. A worker is sent the memfd's descriptor (``SCM_RIGHTS`` on a socket pair of its own, the *maps*
-socket, beside the frames' one) and a ``Mapped`` in the task in place of the bytes; the worker
-maps it ``MAP_PRIVATE`` when the task starts (``Lease``): no copy, the pages are the memfd's
-until a task writes one (copy on write), so a task that changes its argument changes only its
-own copy and never what the next task sees.
+``F_SEAL_WRITE``, when a task first needs it. A worker is sent the memfd's descriptor
+(``SCM_RIGHTS`` on a socket pair of its own, the *maps* socket, beside the frames' one) and a
+``Mapped`` in the task in place of the bytes; the worker maps it ``MAP_PRIVATE`` when the task
+starts (``Lease``): no copy, the pages are the memfd's until a task writes one (copy on
+write), so a task that changes its argument changes only its own copy and never what the next
+task sees.
 
 Mapping 100 MB afresh for every task costs its page faults and unmapping, 40-70 ms here (more
 than summing it): so when a task is done, its mapping serves the next task on the same memfd
@@ -162,8 +164,8 @@ class MapsSender:
             if source is not None:
                 serial = next(self._serials)
                 socket.send_fds(self.socket, [RECORD.pack(serial)], [source.memfd()])
-                buffer = Mapped(serial, len(source) if not isinstance(source, Kept)
-                                else source.size, reuse=isinstance(source, Kept))
+                kept = isinstance(source, Kept)
+                buffer = Mapped(serial, source.size if kept else len(source), reuse=kept)
             buffers.append(buffer)
         return dataclasses.replace(task, buffers=tuple(buffers))
 
@@ -174,9 +176,11 @@ def _mappable(buffer: Any) -> Any:
     if isinstance(buffer, Kept):
         return buffer
     whole = buffer.obj if isinstance(buffer, memoryview) else buffer
-    if whole is buffer:
-        return whole if _memfd_backed(whole, len(whole)) else None
-    return whole if buffer.contiguous and _memfd_backed(whole, buffer.nbytes) else None
+    if not isinstance(whole, mmap.mmap) or getattr(whole, "fd", None) is None:
+        return None
+    if whole is not buffer and not (buffer.contiguous and buffer.nbytes == len(whole)):
+        return None
+    return whole
 
 
 def _memfd_backed(buffer: Any, size: int) -> bool:
