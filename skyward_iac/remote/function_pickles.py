@@ -4,7 +4,7 @@ cloudpickle pickles a function of the user's own code by value -- its code, defa
 ``__dict__``, the globals it names and, in turn, the functions those are -- and did so for every
 call: 60-100 µs, the client's largest cost in a round trip. ``pickled`` keeps each function's
 bytes with a *fingerprint*: every object cloudpickle reads to pickle it, collected the way
-cloudpickle collects them (``_capture``), each held strongly so that an identity is never
+cloudpickle collects them (``_Fingerprint``), each held strongly so that an identity is never
 reused. A later call gets the kept bytes only when a fresh fingerprint is the same objects, one
 for one (``is``), in the same order: a global rebound, a closure cell set, a default replaced,
 a list or dict it names changed in place, a module registered to be pickled by value -- each
@@ -14,15 +14,18 @@ Only what can be read back cheaply and exactly is fingerprinted: ``None``, numbe
 bytes, code objects, tuples, frozensets, lists, sets and dicts of those (their items are read
 every time), type hints such as ``list[int]`` and ``A | None``, modules, built-in functions and
 functions or classes that pickle by reference (by their names), and functions that pickle by
-value built of such. Anything else -- an instance, an array, a class
-pickled by value (its namespace may change in any way) -- or more than ``BUDGET`` objects, and
-the function is pickled on every call, as before.
+value built of such. Anything else -- an instance, an array, a class pickled by value (its
+namespace may change in any way) -- or more than ``BUDGET`` objects, and the function is
+pickled on every call, as before.
 
 One input is not an object the function refers to: cloudpickle also names the submodules of
 the packages it uses that are imported at the time (``_find_imported_submodules``), so that the
-node imports them too. Scanning ``sys.modules`` for them costs what pickling does, so the kept
-pickle is re-checked only when the number of imported modules changed (and each named
-submodule must still be the one imported).
+node imports them too (by name). Scanning ``sys.modules`` for them costs what pickling does,
+so for a function that uses a package they are looked for again only when the number of
+imported modules changed: one module dropped from ``sys.modules`` while another is imported,
+between two calls, would go unseen, and the node would then not import the new one ahead.
+And a change that another thread makes while the function is being pickled, and undoes before
+it is fingerprinted again, is not seen (it is checked before and after).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from cloudpickle import cloudpickle as _cp
 BUDGET = 512
 #: Functions whose pickles are kept (the oldest is dropped first).
 KEPT = 256
-
 
 
 class _Marker:

@@ -307,3 +307,14 @@ def test_pack_function_uses_the_kept_pickle_and_pack_call_stays_byte_identical(
     big = pickle.PickleBuffer(bytearray(1 << 20))
     packed = pack_call(PendingFunction(scratch.read_k, (big,), {}), copy=True)
     assert len(packed.payload) < 4096 and len(packed.buffers) == 1
+
+
+def test_the_fingerprint_reads_what_this_cloudpickle_pickles(scratch: types.ModuleType) -> None:
+    """A cloudpickle that pickled more of a function would need a fingerprint of it too."""
+    from cloudpickle import cloudpickle as cp
+
+    state, slots = cp._function_getstate(scratch.with_default)
+    assert set(slots) == {"__name__", "__qualname__", "__annotations__", "__kwdefaults__",
+                          "__defaults__", "__module__", "__doc__", "__closure__",
+                          "_cloudpickle_submodules", "__globals__"}
+    assert state == scratch.with_default.__dict__
