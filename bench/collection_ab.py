@@ -8,7 +8,8 @@ turns, so a burst of load from elsewhere hits every contender alike.
 Each ``--etcd`` starts one more etcd (the launcher's own ``etcd_server.start``, mutual TLS,
 ``--unsafe-no-fsync``) with extra environment, e.g. ``gomaxprocs1=GOMAXPROCS=1``; ``default``
 is always there; ``SKYWARD_ETCD_BIN`` there picks another etcd binary (``etcd3.6=SKYWARD_ETCD_BIN=
-/path/to/etcd``). Each ``--client`` adds a client process with extra environment (e.g.
+/path/to/etcd``), and entries named ``--flag`` are etcd flags (``{port}``: a free port). Each
+``--client`` adds a client process with extra environment (e.g.
 ``eeoff=GRPC_EXPERIMENTS=-event_engine_client``) against the default etcd; every etcd besides
 the default gets a plain client. With Dask (the default) one more process drives
 ``distributed.Lock``/``Queue`` against a ``LocalCluster`` scheduler started here.
@@ -95,19 +96,24 @@ def _free_port(address: str) -> int:
 
 
 def start_etcd(root: Path, env: dict[str, str]) -> dict[str, Any]:
-    """One etcd as a pool's head runs it, with ``env`` added to its environment."""
+    """One etcd as a pool's head runs it, with ``env`` added to its environment (entries named
+    ``--flag`` are added to its command line instead; ``{port}`` in them is a free port)."""
     from skyward_iac.collections import pki
     from skyward_iac.node import etcd_server
 
     address = "127.0.0.1"
     bundle = pki.generate_cluster_certificates("ab", [address])
     etcd_server.write_certificates(root / "certs", bundle.server)
-    saved = dict(os.environ)
-    os.environ.update(env)
+    flags = [f"{k}={v}".replace("{port}", str(_free_port(address)))
+             for k, v in env.items() if k.startswith("--")]
+    saved, command = dict(os.environ), etcd_server.etcd_command
+    os.environ.update({k: v for k, v in env.items() if not k.startswith("--")})
+    etcd_server.etcd_command = lambda *a, **k: command(*a, **k) + flags  # type: ignore[assignment]
     try:
         server = etcd_server.start(root / "data", listen=address, client_port=_free_port(address),
                                    peer_port=_free_port(address), certs_dir=root / "certs")
     finally:
+        etcd_server.etcd_command = command  # type: ignore[assignment]
         os.environ.clear()
         os.environ.update(saved)
     return {"endpoint": server.endpoint, "pid": server.pid, "data": str(root / "data"),
