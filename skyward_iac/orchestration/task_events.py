@@ -9,8 +9,8 @@ garbage collector run more often, and it costs the client several times what the
 The done-callback is a ``Done`` that the agent client may run on its wire loop for a call that
 succeeded (``done_on_loop``) when all there is to do is count it: nobody asked for each task's
 events and a ``TaskProgress`` report is already scheduled. Anything more (an event to emit, a
-report timer to start) runs where any done-callback runs, off the loop; a hand-off to another
-thread per call cost a round trip about 10%.
+report timer to start) runs where any done-callback runs, off the loop. Handing every call to
+a callback thread to be counted made a console about double the client's CPU per round trip.
 """
 
 from __future__ import annotations
