@@ -4,7 +4,9 @@ the TCP ports a process listens on; another user's view of a local port."""
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +111,15 @@ def interrupted_script(args: list[str], marker: str, cwd: Path,
             break
     rest, _ = child.communicate(timeout=timeout)
     return child.returncode, "".join(lines) + rest
+
+
+def free_loopback_address(ports: int = 2) -> tuple[str, list[int]]:
+    """A random 127.x.y.z address and ``ports`` ports free on it (a real etcd's client and
+    peer ports): tests running at once rarely meet on one address."""
+    address = f"127.0.{random.randint(1, 254)}.{random.randint(2, 254)}"
+    found = []
+    for _ in range(ports):
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+            found.append(probe.getsockname()[1])
+    return address, found

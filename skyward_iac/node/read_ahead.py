@@ -22,6 +22,16 @@ from skyward_iac.node import protocol
 CHUNK = 65536
 
 
+def close_socket(sock: socket.socket) -> None:
+    """Shut ``sock`` down, then close it: close() alone would leave a recv blocked in another
+    thread (and the connection) open."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def read_frame_head(stream: protocol.ByteStream) -> protocol.FrameHead:
     """``protocol.read_frame_head``; a plain pickled frame (no buffers, no lz4) that a
     ``ReadAhead`` holds whole is taken from it at once, without the general parser's steps."""
@@ -101,9 +111,4 @@ class ReadAhead:
         return self.sock.fileno()
 
     def close(self) -> None:
-        # close() alone would leave a recv blocked in another thread (and the connection) open.
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        close_socket(self.sock)

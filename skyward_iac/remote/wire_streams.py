@@ -25,6 +25,8 @@ import ssl
 import threading
 from typing import Any, Protocol
 
+from skyward_iac.node.read_ahead import close_socket
+
 #: A TLS write of at most this much at a time (retried whole after a would-block).
 _SEND_CHUNK = 1 << 20
 #: Seconds between checks that a connection waited on for writing is still open.
@@ -114,11 +116,7 @@ class SocketStream:
         poller.poll(_WAIT_SLICE * 1000 if event == select.POLLOUT else 50)
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        close_socket(self.sock)
 
 
 class ChannelStream:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
-import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -22,6 +21,7 @@ import pytest
 
 from skyward_iac.collections import Backend, BackendConfig, _counter, connect, pki
 from skyward_iac.node import etcd_server
+from tests.helpers import free_loopback_address
 from tests.linearizability import COUNTER, DICT, LOCK, QUEUE, Op, check
 
 pytestmark = pytest.mark.integration
@@ -38,12 +38,7 @@ OPS = 25
 def config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackendConfig]:
     """A real etcd (the launcher's own start and stop) on a free loopback address."""
     root = tmp_path_factory.mktemp("etcd-lin")
-    address = f"127.0.{random.randint(1, 254)}.{random.randint(2, 254)}"
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind((address, 0))
-            ports.append(probe.getsockname()[1])
+    address, ports = free_loopback_address()
     bundle = pki.generate_cluster_certificates("lin", [address])
     etcd_server.write_certificates(root / "certs", bundle.server)
     started = etcd_server.start(root / "data", listen=address, client_port=ports[0],

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
-import socket
 import stat
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 
 from skyward_iac.collections import pki
 from skyward_iac.node import etcd_server
+from tests.helpers import free_loopback_address
 
 pytestmark = pytest.mark.integration
 
@@ -57,12 +56,7 @@ def test_etcd36_serves_http_on_a_socket_and_restarts_over_a_stale_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(etcd_server.ETCD_BIN_ENV, os.environ[ETCD36_ENV])
-    address = f"127.0.{random.randint(1, 254)}.{random.randint(2, 254)}"
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind((address, 0))
-            ports.append(probe.getsockname()[1])
+    address, ports = free_loopback_address()
     bundle = pki.generate_cluster_certificates("http", [address])
     etcd_server.write_certificates(tmp_path / "certs", bundle.server)
     data = tmp_path / "data"
