@@ -106,6 +106,9 @@ def test_bookkeeping_runs_first_and_a_user_callback_keeps_its_place() -> None:
     bus = EventBus()
     bus.subscribe(print, summary=True)
     events = TaskEvents(PoolIdentity("s"), bus, lambda: (0, 0))
+    events.tally.interval = 3600
+    events.changed()
+    events.flush()  # reported now: the next report is an hour away
     events.changed()  # a report is scheduled: counting starts nothing
     seen: list[str] = []
 
