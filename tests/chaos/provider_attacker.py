@@ -1,7 +1,8 @@
 """Another local user's attempt on a running dynamic-provider process (for test_engine_safety).
 
-Usage: python provider_attacker.py PORT_FILE MARKER. Waits for PORT_FILE to name the provider's
-port, then sends it what an attacker would: a ``Create`` whose ``__provider`` is a pickle that
+Usage: python provider_attacker.py PORT_FILE MARKER. Once its imports are done it writes
+``PORT_FILE.ready`` (a provider lives only while its engine runs: the test starts the pool only
+then), waits for PORT_FILE to name the provider's port, then sends it what an attacker would: a ``Create`` whose ``__provider`` is a pickle that
 touches MARKER when unpickled. Prints ``REFUSED <code>`` or ``ACCEPTED``.
 """
 
@@ -26,6 +27,8 @@ class Payload:
 
 def main() -> None:
     port_file, marker = sys.argv[1], sys.argv[2]
+    with open(port_file + ".ready", "w"):
+        pass
     deadline = time.monotonic() + 120
     while not (os.path.exists(port_file) and open(port_file).read().strip()):
         if time.monotonic() > deadline:

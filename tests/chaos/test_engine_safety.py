@@ -76,6 +76,12 @@ def test_a_running_provider_refuses_another_users_calls_and_runs_nothing() -> No
                     return
             time.sleep(0.005)
 
+    # The attacker's imports can take seconds on a loaded machine; a provider lives only while
+    # its engine runs, so the pool starts once the attacker is ready to call at once.
+    ready, waited = Path(f"{port_file}.ready"), time.monotonic() + 120
+    while not ready.exists() and attacker.poll() is None and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert ready.exists(), "the attacker never got ready"
     spotter = threading.Thread(target=spot_the_provider)
     spotter.start()
     with sky.Compute(provider=sky.Local(), nodes=4, options=sky.Options(console=False)):
