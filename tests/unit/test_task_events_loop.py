@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -52,6 +53,11 @@ def _run(agent: int, events: TaskEvents, fail_every: int = 0) -> list[Future[Any
                 pass
     finally:
         client.close()
+    # A call's done-callbacks may still be running off the loop when its result is read: wait
+    # (bounded) until every call is accounted for.
+    deadline = time.monotonic() + 30
+    while events._watched and time.monotonic() < deadline:
+        time.sleep(0.005)
     events.flush()
     return futures
 
