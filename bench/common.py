@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-#: The peers measured beside skyward_iac, in table order.
-PEERS = ("ray", "dask", "processpool", "tcp-floor")
+#: The peers measured beside skyward_iac, in table order; "skyward-tls" is skyward_iac itself
+#: over its TLS data port (a cloud node's path) where skyward's own row uses a Local node's
+#: Unix socket (bench/systems.py ``SkywardTls``).
+PEERS = ("skyward-tls", "ray", "dask", "processpool", "tcp-floor")
 SKYWARD = "skyward"
 
 Better = Literal["lower", "higher"]

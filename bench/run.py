@@ -40,11 +40,12 @@ import scale  # noqa: E402
 import throughput  # noqa: E402
 import workloads  # noqa: E402
 from common import PEERS, SKYWARD, Row, table  # noqa: E402
-from systems import Dask, ProcessPool, Ray, Skyward  # noqa: E402
+from systems import Dask, ProcessPool, Ray, Skyward, SkywardTls  # noqa: E402
 from tcp_floor import TcpFloor  # noqa: E402
 
 SYSTEMS: dict[str, Any] = {
-    "tcp-floor": TcpFloor, "processpool": ProcessPool, SKYWARD: Skyward, "ray": Ray, "dask": Dask,
+    "tcp-floor": TcpFloor, "processpool": ProcessPool, SKYWARD: Skyward,
+    "skyward-tls": SkywardTls, "ray": Ray, "dask": Dask,
 }
 
 
@@ -145,7 +146,7 @@ def cold_figures(names: list[str], node_counts: list[int], repeat: int
             first[SKYWARD] = ours[nodes]["with->first result"]
             down[SKYWARD] = ours[nodes]["exit->destroyed"]
         for name in names:
-            if name == SKYWARD:
+            if name in (SKYWARD, "skyward-tls"):  # the same start: only the agent path differs
                 continue
             say(f"{name}: cold start with {nodes} worker(s)")
             try:

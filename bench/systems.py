@@ -80,6 +80,28 @@ class Skyward:
                 "lock-contended": sum(contended), "queue": queue}
 
 
+class SkywardTls(Skyward):
+    """The same Local pool reached over each agent's TLS data port, as a cloud node is:
+    ``SKYWARD_LOCAL_SOCKET=0`` (remote/data_port.py) while its nodes are attached. skyward's
+    own figures are the same-host path's (a Unix socket); this one keeps the cloud-like figure
+    beside them in the same run."""
+
+    name = "skyward-tls"
+
+    def start(self, workers: int = 2) -> None:
+        from skyward_iac.remote.data_port import LOCAL_SOCKET_ENV
+
+        before = os.environ.get(LOCAL_SOCKET_ENV)
+        os.environ[LOCAL_SOCKET_ENV] = "0"
+        try:
+            super().start(workers)
+        finally:  # read when a node is attached: the other systems' pools are unaffected
+            if before is None:
+                os.environ.pop(LOCAL_SOCKET_ENV, None)
+            else:
+                os.environ[LOCAL_SOCKET_ENV] = before
+
+
 class Ray:
     """``ray.init(num_cpus=workers)``: tasks, and an actor for shared state."""
 

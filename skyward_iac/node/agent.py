@@ -2,7 +2,9 @@
 
 It listens on the node's loopback (the client reaches it through an SSH direct-tcpip
 channel) and, with ``--data-bind``, on a data port with mutual TLS (node/data_port.py), where
-only the stack's certificate holders get as far as the token. On both it demands the per-stack
+only the stack's certificate holders get as far as the token; with ``--local-socket`` (Local
+nodes: the client is on this machine) also on a Unix socket in the workdir, where only the
+agent's own user does (node/local_socket.py). On every one it demands the per-stack
 token as the first frame, before it unpickles anything. The client's heartbeat reaches the node
 through it once the node is attached (``Beat``, written to ``--heartbeat`` for the watchdog).
 Tasks run in worker subprocesses (``node/worker.py``) admitted by ``node/slots.py``, so a
@@ -12,7 +14,7 @@ The agent leads its own process group, which its workers (and the processes thei
 join, so one ``kill`` of the group fences the node (``remote/fence.py``); and its workers die
 with it, however it dies (see ``Slots``).
 Run as ``python -m skyward_iac.node agent --token-file F --port-file F [--concurrency N]
-[--data-bind ADDR --data-port-file F --tls-dir D]
+[--data-bind ADDR --data-port-file F --tls-dir D] [--local-socket PATH]
 [--executor thread|process] [--fresh-processes] [--heartbeat F] [--metrics JSON] [--preemption aws|gcp
 [--metadata-url URL]] [--refusals-every SECONDS]``.
 
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from skyward_iac.api import metrics
 from skyward_iac.api.deadlines import BUDGET_FILE
-from skyward_iac.node import data_port, protocol, relay
+from skyward_iac.node import data_port, local_socket, protocol, relay
 from skyward_iac.node.buffer_cache import BufferCache, SharedArgumentError, agent_cap
 from skyward_iac.node.messages import (
     Beat,
@@ -172,8 +174,10 @@ def authenticate(channel: protocol.Channel, token: bytes) -> bool:
 
 def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog,
            listeners: Listeners | None = None, heartbeat: Path | None = None) -> None:
-    """Serve one connection: the token first, then the client's tasks."""
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    """Serve one connection (TCP, TLS or a Unix socket): the token first, then the client's
+    tasks."""
+    if sock.family != socket.AF_UNIX:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     with sock:
         channel = protocol.Channel(sock)
         sock.settimeout(HANDSHAKE_TIMEOUT)
@@ -207,6 +211,8 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
 
 def peer_host(sock: socket.socket) -> str:
     """The address a connection came from (its port changes with every connection)."""
+    if sock.family == socket.AF_UNIX:
+        return "the local socket"
     try:
         return str(sock.getpeername()[0])
     except OSError:
@@ -250,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-port-file", type=Path, default=None)
     parser.add_argument("--tls-dir", type=Path, default=None,
                         help="ca.crt, server.crt, server.key of the stack's PKI")
+    parser.add_argument("--local-socket", type=Path, default=None,
+                        help="also listen on a Unix socket at PATH (mode 0600) for processes "
+                             "of the agent's own user (a Local node's client)")
     parser.add_argument("--heartbeat", type=Path, default=None,
                         help="the heartbeat file the client's Beat messages are written to "
                              "(the watchdog's; the budget file beside it)")
@@ -283,6 +292,12 @@ def main(argv: list[str] | None = None) -> None:
             lambda peer: refusals.refused(f"{peer} (no valid client certificate)"))
         write_atomically(args.data_port_file, str(data.getsockname()[1]))
         log.info("data port (mutual TLS) on %s", data.getsockname())
+    if args.local_socket is not None:
+        local_socket.listen(
+            args.local_socket,
+            lambda sock: handle(sock, token, slots, refusals, listeners, args.heartbeat),
+            refusals.refused)
+        log.info("local socket (the agent's user only) at %s", args.local_socket)
     write_atomically(args.port_file, str(server.getsockname()[1]))
     log.info("agent of node %s listening on %s", args.node, server.getsockname())
     while True:

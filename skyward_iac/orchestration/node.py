@@ -101,7 +101,8 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
         # Where the provider's firewall lets the client in (Cloud.data_bind: Local, the node's
         # loopback; AWS and GCP, the fixed port their rules open from the SSH range). Not in a
         # container yet. A node whose port cannot be used is reached through the SSH tunnel.
-        data_port=_data_port_plan(bind, pki, etcd) if image_ref is None else None,
+        # A node on this machine also gets a Unix socket in its workdir, preferred to TLS.
+        data_port=_data_port_plan(bind, pki, etcd, same_host=local) if image_ref is None else None,
         volumes=volumes or MountPlan(),
         # Options.bootstrap_timeout (the pool's) wins over Image.bootstrap_timeout when set.
         timeout=options.bootstrap_timeout or image.bootstrap_timeout,
@@ -116,15 +117,18 @@ def plan_for(address: NodeAddress, spec: Spec, options: Options,
 
 
 def _data_port_plan(bind: str | None, pki: EtcdMaterial | None,
-                    etcd: EtcdServerPlan | None) -> DataPortPlan | None:
-    """The agent's data port where ``bind`` says, presenting the stack's server pair; None
+                    etcd: EtcdServerPlan | None, same_host: bool = False) -> DataPortPlan | None:
+    """The agent's data port where ``bind`` says, presenting the stack's server pair, and a
+    local socket beside it when the node is on the client's machine (``same_host``); None
     where the provider opens none or the stack has no PKI."""
     if bind is None:
         return None
     if pki is not None:
-        return DataPortPlan(bind, pki.ca_pem, pki.server_cert_pem, pki.server_key_pem)
+        return DataPortPlan(bind, pki.ca_pem, pki.server_cert_pem, pki.server_key_pem,
+                            local_socket=same_host)
     if etcd is not None:
-        return DataPortPlan(bind, etcd.ca_pem, etcd.cert_pem, etcd.key_pem)
+        return DataPortPlan(bind, etcd.ca_pem, etcd.cert_pem, etcd.key_pem,
+                            local_socket=same_host)
     return None
 
 
@@ -181,7 +185,7 @@ class Node:
     Its life is its agent connection. ``connection`` is its SSH, held while the agent is
     reached through it (the fallback tunnel) or while it carries the collections tunnel (the
     head's: losing it loses the node, ``_watch_lifeline``); otherwise released once the agent
-    answers over its data port, and opened again when something needs it."""
+    answers over its local socket or data port, and opened again when something needs it."""
 
     address: NodeAddress
     connection: NodeSsh
@@ -191,7 +195,7 @@ class Node:
     plan: BootstrapPlan | None = None
     #: The pool's node-side plugin hooks, pickled (sent with every Configure).
     plugins: bytes | None = None
-    #: How the agent is reached (``data_port.DATA_PORT`` or ``data_port.SSH_TUNNEL``).
+    #: How the agent is reached (``data_port.LOCAL_SOCKET``, ``DATA_PORT`` or ``SSH_TUNNEL``).
     path: str = data_port.SSH_TUNNEL
     #: Set when the client lets the node go: its SSH closing then is no loss.
     letting_go: threading.Event = field(default_factory=threading.Event)
@@ -200,8 +204,8 @@ class Node:
     def start(cls, launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
               plan: BootstrapPlan, instance: InstanceInfo, collections: Any = None) -> Node:
         """Connect over SSH (pinned host key, the stack's key from ``outputs``), bootstrap,
-        reach the agent (its data port, or the SSH tunnel), and tell the agent where the node
-        sits in the pool."""
+        reach the agent (its local socket, its data port, or the SSH tunnel), and tell the
+        agent where the node sits in the pool."""
         started = time.monotonic()
         connection = _connect(launch, outputs, address, plan)
         try:
@@ -243,7 +247,8 @@ class Node:
                   instance: InstanceInfo, collections: Any) -> Node:
         stream, path = data_port.agent_stream(connection, address, port,
                                               data_port.certificate_of(outputs),
-                                              launch.ssh_timeout)
+                                              launch.ssh_timeout, data_port.local_socket_of(
+                                                  address.workdir, plan.data_port))
         try:
             agent = AgentClient(stream, outputs.agent_token, address.index, ids=launch.task_ids,
                                 on_output=launch.on_output, on_lost=launch.on_lost)
@@ -258,8 +263,8 @@ class Node:
             if launch.on_attached is not None:  # beats go over the agent from now on
                 launch.on_attached(address.index, connection, agent)
         except BaseException:
-            # Nothing else closes an agent client that never joined: over the data port its
-            # stream (and reader thread) would outlive the pool.
+            # Nothing else closes an agent client that never joined: over a socket of its own,
+            # its stream (and reader thread) would outlive the pool.
             node.letting_go.set()
             agent.close()
             raise
@@ -272,7 +277,7 @@ class Node:
         carries the collections tunnel, as a lifeline (``data_port.keeps_ssh``)."""
         if not data_port.keeps_ssh(self.path, carries_collections):
             self.connection.release()
-        elif self.path == data_port.DATA_PORT:
+        elif self.path != data_port.SSH_TUNNEL:
             transport = self.connection.held_transport
             if transport is not None:
                 threading.Thread(target=self._watch_lifeline, args=(transport, on_lost),

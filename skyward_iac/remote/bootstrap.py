@@ -51,16 +51,21 @@ class EtcdServerPlan:
 @dataclass(frozen=True, slots=True)
 class DataPortPlan:
     """The agent's data port (node/data_port.py): the address it binds, the stack's CA and
-    the server pair it presents (etcd's, named ``skyward-etcd``; PEM)."""
+    the server pair it presents (etcd's, named ``skyward-etcd``; PEM); ``local_socket``: the
+    node is on the client's machine, and its agent also listens on a Unix socket in the
+    workdir (``LOCAL_SOCKET_FILE``, node/local_socket.py), which the client prefers."""
 
     bind: str
     ca_pem: str = field(repr=False)
     cert_pem: str = field(repr=False)
     key_pem: str = field(repr=False)
+    local_socket: bool = False
 
 
 #: Where a node keeps the data port's TLS files and where its agent writes the port.
 DATA_PORT_TLS, DATA_PORT_FILE = "tls", "run/data.port"
+#: A Local node's agent socket, under its workdir.
+LOCAL_SOCKET_FILE = "run/agent.sock"
 #: The heartbeat file in a node's workdir: the client's beats change it, its watchdog reads it.
 HEARTBEAT_FILE = "heartbeat"
 
@@ -340,8 +345,10 @@ def _agent_lines(plan: BootstrapPlan) -> list[str]:
     if plan.data_port:
         flags += (f"--data-bind {shlex.quote(plan.data_port.bind)} "
                   f'--tls-dir "$W/{DATA_PORT_TLS}" --data-port-file "$W/{DATA_PORT_FILE}" ')
+        if plan.data_port.local_socket:
+            flags += f'--local-socket "$W/{LOCAL_SOCKET_FILE}" '
     return [
-        f'rm -f run/agent.port {DATA_PORT_FILE}',
+        f'rm -f run/agent.port {DATA_PORT_FILE} {LOCAL_SOCKET_FILE}',
         f'setsid {plan.volumes.agent_prefix} "$W/venv/bin/python" -m skyward_iac.node agent '
         '--token-file "$W/agent.token" '
         f'--port-file "$W/run/agent.port" --concurrency {plan.concurrency} --node {plan.node} '

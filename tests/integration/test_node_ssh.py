@@ -1,5 +1,5 @@
 """SSH for bootstrap and fallback only, on a real Local pool: a node whose agent is reached over
-its data port has no SSH connection from the client once it is in service (the head keeps its
+its local socket (or data port) has no SSH connection from the client once it is in service (the head keeps its
 own, which carries the collections tunnel); its heartbeat reaches the watchdog's file over the
 agent connection; a fence, a forwarded port or the volumes' unmount open SSH again when they
 need it; and the pool's close leaves no agent connection of the client open."""
@@ -56,10 +56,11 @@ def test_the_pools_close_leaves_no_agent_connection_of_the_client() -> None:
                      options=sky.Options(console=False)) as one:
         assert square(4) >> one == 16
         [node] = one.nodes
-        assert node.path == data_port.DATA_PORT
+        assert node.path == data_port.LOCAL_SOCKET
+        stream = node.agent._channel.stream
         address = node.address.public_address
-        assert connections_to(address) == 2  # the data port, and SSH (the collections tunnel)
-    assert node.agent.closed
+        assert connections_to(address) == 1  # SSH (the collections tunnel); the agent's is Unix
+    assert node.agent.closed and stream.fileno() == -1, "the local socket outlived its pool"
     assert connections_to(address) == 0, "a connection to the node outlived its pool"
     assert wait_until(lambda: not [t for t in set(threading.enumerate()) - before_threads
                                    if t.name.startswith("agent-") and t.is_alive()], 10), \
@@ -75,15 +76,15 @@ def pool() -> Iterator[sky.Pool]:
 
 def test_only_the_head_keeps_an_ssh_connection_once_in_service(pool: sky.Pool) -> None:
     head, worker = pool.nodes
-    assert head.path == worker.path == data_port.DATA_PORT
+    assert head.path == worker.path == data_port.LOCAL_SOCKET
     assert worker.connection.held is None and head.connection.held is not None
     assert wait_until(lambda: len(sshd_sessions(pool.stack_name, 1)) == 0, 10), \
         "node 1 still has an SSH session from the client"
     assert len(sshd_sessions(pool.stack_name, 0)) == 1  # the collections tunnel's
-    # This process's connections to each node (other pools of the process aside): the head's
-    # data port and SSH, the other's data port alone.
-    assert connections_to(head.address.public_address) == 2
-    assert connections_to(worker.address.public_address) == 1
+    # This process's TCP connections to each node (other pools of the process aside): the
+    # head's SSH alone, none to the other (both agents are reached over their Unix socket).
+    assert connections_to(head.address.public_address) == 1
+    assert connections_to(worker.address.public_address) == 0
     assert [square(x) >> pool for x in range(4)] == [0, 1, 4, 9]
 
 

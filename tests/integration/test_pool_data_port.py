@@ -1,5 +1,6 @@
 """A Local pool's agents serve a data port with mutual TLS from the stack's PKI: the client
-prefers it, falls back to the SSH tunnel when it cannot use it, and the port refuses a peer
+with its local socket turned off (``SKYWARD_LOCAL_SOCKET=0``, as on a cloud) prefers it,
+falls back to the SSH tunnel when it cannot use it, and the port refuses a peer
 without the stack's certificate and an oversized frame before allocating it."""
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def checksum(data: object) -> int:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[sky.Pool]:
-    with sky.Compute(provider=sky.Local(), nodes=1,
-                     options=sky.Options(default_compute_timeout=120)) as started:
-        yield started
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(data_port.LOCAL_SOCKET_ENV, "0")  # the TLS path a cloud node gets
+        with sky.Compute(provider=sky.Local(), nodes=1,
+                         options=sky.Options(default_compute_timeout=120)) as started:
+            yield started
 
 
 def _node(pool: sky.Pool) -> Node:
@@ -58,6 +61,7 @@ def _token(node: Node) -> bytes:
 def test_the_client_reaches_the_agent_over_the_data_port(pool: sky.Pool) -> None:
     stream = _node(pool).agent._channel.stream
     assert isinstance(stream, ssl.SSLSocket) and stream.version() == "TLSv1.3"
+    assert _node(pool).path == data_port.DATA_PORT
     data = os.urandom(8 << 20)
     # A PickleBuffer travels out of band (the node has no numpy): relayed as it arrives.
     assert pool.run(checksum(pickle.PickleBuffer(bytearray(data)))) == zlib.crc32(data)
@@ -119,7 +123,9 @@ def test_a_data_port_the_client_cannot_use_falls_back_to_the_ssh_tunnel(
         client.close()
 
 
-def test_a_pool_without_collections_reaches_its_agents_over_the_data_port_too() -> None:
+def test_a_pool_without_collections_reaches_its_agents_over_the_data_port_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(data_port.LOCAL_SOCKET_ENV, "0")
     options = sky.Options(cluster=False, default_compute_timeout=120)
     with sky.Compute(provider=sky.Local(), nodes=2, options=options) as bare:
         for node in bare.nodes:
