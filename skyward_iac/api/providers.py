@@ -59,6 +59,8 @@ class Local(_ProviderConfig):
     Used for development, tests and CI: the same stack, SSH, bootstrap and agent path as a cloud.
     ``usd_per_hour`` prices each node as if it were a cloud's (default 0: free), so costs,
     ``Options(max_cost_usd)`` budgets and the cost policy rules can be tried on this machine.
+    ``first_contact_grace`` is how long a new node waits for its client's first heartbeat
+    (at least its ttl) before it stops itself.
     """
 
     kind: Literal["local"] = "local"
@@ -67,6 +69,11 @@ class Local(_ProviderConfig):
         default=0.0, ge=0, allow_inf_nan=False,
         description="what one node counts as costing, in USD per hour (a pretend price for "
                     "tests, demos and docs; 0: free)")
+    first_contact_grace: float = Field(
+        default=30.0, ge=1, le=3600, allow_inf_nan=False,
+        description="seconds a new node waits for its client's first heartbeat (or its ttl, "
+                    "if longer) before it stops itself: the rest of the ``up`` and the first "
+                    "SSH contact; a client killed during ``up`` leaves nodes that live this long")
 
     def check_pool(self, spec: Spec) -> None:
         if spec.accelerator is not None:

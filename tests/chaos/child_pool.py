@@ -11,6 +11,8 @@ Progress lines go to stderr through the `skyward` logger; READY goes to stdout. 
 SKYWARD_TEST_STAMP_SKEW=S its heartbeats carry a clock S seconds off (tests/chaos/skewed_beats.py).
 With SKYWARD_TEST_USD_PER_HOUR=R and SKYWARD_TEST_MAX_COST=B its nodes cost R an hour each
 (sky.Local(usd_per_hour=R)) and the pool has a budget of B (Options(max_cost_usd=B)).
+With SKYWARD_TEST_FIRST_CONTACT=G its nodes wait G seconds for a first heartbeat
+(sky.Local(first_contact_grace=G)) instead of the default 30.
 """
 
 import logging
@@ -39,7 +41,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     price = float(os.environ.get("SKYWARD_TEST_USD_PER_HOUR", "0"))
     budget = os.environ.get("SKYWARD_TEST_MAX_COST")
-    with sky.Compute(provider=sky.Local(usd_per_hour=price), nodes=nodes, ttl=ttl,
+    grace = os.environ.get("SKYWARD_TEST_FIRST_CONTACT")
+    local = sky.Local(usd_per_hour=price, **({"first_contact_grace": float(grace)} if grace else {}))
+    with sky.Compute(provider=local, nodes=nodes, ttl=ttl,
                      options=sky.Options(gc_on_start=False,
                                          max_cost_usd=float(budget) if budget else None)) as pool:
         print(f"READY {pool.stack_name}", flush=True)

@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 import pulumi
 
+from skyward_iac.api.providers import Local
 from skyward_iac.infra.identity.credentials import StackCredentials
 from skyward_iac.infra.programs import ClusterRequest
 from skyward_iac.infra.programs.exports import cluster_exports, volume_exports
-from skyward_iac.infra.programs.local_node import LocalNode
+from skyward_iac.infra.programs.local_node import FIRST_CONTACT_GRACE, LocalNode
 from skyward_iac.infra.stacks.home import local_nodes_dir
 
 
@@ -19,12 +20,16 @@ def local_program(request: ClusterRequest) -> Callable[[], None]:
     def program() -> None:
         credentials = StackCredentials("credentials", stack=request.stack_name)
         sandbox_root = str(local_nodes_dir())
+        provider = request.spec.provider
+        grace = (provider.first_contact_grace if isinstance(provider, Local)
+                 else FIRST_CONTACT_GRACE)
         nodes = []
         for index in range(request.node_count):
             node = LocalNode(
                 f"node-{index}", stack=request.stack_name, index=index,
                 authorized_key=credentials.ssh_public_key, sandbox_root=sandbox_root,
                 ttl=request.spec.ttl, max_lifetime=request.max_lifetime,
+                first_contact=grace,
                 # Old and new share the sandbox path: the old one must be gone first, or its
                 # deletion stops its successor (a node replaced while alive, e.g. unhealthy).
                 opts=pulumi.ResourceOptions(delete_before_replace=True),

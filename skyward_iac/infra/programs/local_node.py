@@ -4,8 +4,9 @@ A node's life is its processes': its sshd starts in a cgroup of its own where th
 (``processes.create_sandbox_cgroup``), so everything its sessions start is in it; it counts as
 alive while anything of it runs, and deleting it stops all of it. Its TTL watchdog starts with
 it (not at bootstrap), so a client killed during ``up`` still leaves nodes that stop by
-themselves: until the first beat it allows ``FIRST_CONTACT_GRACE`` seconds or the ttl,
-whichever is longer, the time the client has to reach the node and start beating.
+themselves: until the first beat it allows ``sky.Local(first_contact_grace)`` seconds
+(``FIRST_CONTACT_GRACE`` by default) or the ttl, whichever is longer, the time the client has
+to reach the node and start beating.
 
 This module is referenced by pickled providers in existing stacks: do not move or rename
 ``LocalNodeProvider`` (it moved once, from infra/local_node.py: the provider host aliases that
@@ -49,7 +50,9 @@ from skyward_iac.processes import (
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 #: At least this many seconds (and at least its ttl) a new node waits for its client's first
-#: heartbeat, on top of its ttl: the rest of the ``up`` and the first SSH connection.
+#: heartbeat, on top of its ttl: the rest of the ``up`` and the first SSH connection. The
+#: default of ``sky.Local(first_contact_grace)``; a stack made before that field was read has
+#: no ``first_contact`` input and gets this.
 FIRST_CONTACT_GRACE = 30.0
 
 
@@ -154,7 +157,7 @@ class LocalNodeProvider(ResourceProvider):
             _in_cgroup(create_sandbox_cgroup(sandbox),
                        [sshd_binary(), "-f", str(sandbox / "etc" / "sshd_config"),
                         "-E", str(sandbox / "log" / "sshd.log")]),
-            capture_output=True, text=True, timeout=30,
+            check=False, capture_output=True, text=True, timeout=30,
         )
         if started.returncode != 0:
             log = (sandbox / "log" / "sshd.log").read_text(errors="replace")[-2000:]
@@ -166,7 +169,8 @@ class LocalNodeProvider(ResourceProvider):
             stop_sandbox(sandbox)
             raise RuntimeError(f"sshd of {sandbox.name} never listened on {address}:{port}") from exc
         if int(props.get("ttl") or 0) > 0 or props.get("max_lifetime"):
-            _start_watchdog(sandbox, int(props.get("ttl") or 0), props.get("max_lifetime"))
+            _start_watchdog(sandbox, int(props.get("ttl") or 0), props.get("max_lifetime"),
+                            float(props.get("first_contact") or FIRST_CONTACT_GRACE))
         outs = {
             **props,
             "user": user,
@@ -242,7 +246,8 @@ def _in_cgroup(group: Path | None, command: list[str]) -> list[str]:
     return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *command]
 
 
-def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None) -> None:
+def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None,
+                    first_contact: float = FIRST_CONTACT_GRACE) -> None:
     """Start the node's dead-man switch now, outside its cgroup (stopping the node must not
     stop it first), allowing the first-contact grace before the first beat."""
     heartbeat = sandbox / "work" / "heartbeat"
@@ -250,7 +255,7 @@ def _start_watchdog(sandbox: Path, ttl: int, max_lifetime: int | None = None) ->
     with open(sandbox / "log" / "watchdog.log", "ab") as log:
         watchdog = subprocess.Popen(
             node_command("watchdog", "--heartbeat", str(heartbeat), "--ttl", str(ttl),
-                         "--sandbox", str(sandbox), "--first-contact", str(FIRST_CONTACT_GRACE),
+                         "--sandbox", str(sandbox), "--first-contact", f"{first_contact:g}",
                          *(["--max-lifetime", str(max_lifetime)] if max_lifetime else [])),
             cwd=sandbox, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -279,12 +284,12 @@ class LocalNode(Resource, module="skyward", name="LocalNode"):
     def __init__(
         self, name: str, *, stack: str, index: int, authorized_key: pulumi.Input[str],
         sandbox_root: str, ttl: int = 0, max_lifetime: int | None = None,
-        opts: pulumi.ResourceOptions | None = None,
+        first_contact: float = FIRST_CONTACT_GRACE, opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
             "stack": stack, "index": index, "authorized_key": authorized_key,
             "sandbox_root": sandbox_root, "user": getpass.getuser(), "ttl": ttl,
-            "max_lifetime": max_lifetime,
+            "max_lifetime": max_lifetime, "first_contact": first_contact,
             "address": None, "port": None, "host_key": None, "workdir": None,
             "sandbox": None, "sshd_pid": None,
         }
