@@ -3,12 +3,15 @@ turns, so a burst of load from elsewhere hits every contender alike.
 
     .venv/bin/python bench/collection_ab.py [--kinds lock,queue,counter] [--seconds 12]
         [--window 0.2] [--client NAME=VAR=VALUE[,VAR=VALUE]]... [--etcd NAME=VAR=VALUE]...
-        [--no-dask]
+        [--no-dask] [--unix]
 
 Each ``--etcd`` starts one more etcd (the launcher's own ``etcd_server.start``, mutual TLS,
-``--unsafe-no-fsync``) with extra environment, e.g. ``gomaxprocs1=GOMAXPROCS=1``; ``default``
-is always there; ``SKYWARD_ETCD_BIN`` there picks another etcd binary (``etcd3.6=SKYWARD_ETCD_BIN=
-/path/to/etcd``), and entries named ``--flag`` are etcd flags (``{port}``: a free port). Each
+``--unsafe-no-fsync``, the binary a Local pool's head runs: tools/etcd/build.sh's when built)
+with extra environment, e.g. ``gomaxprocs1=GOMAXPROCS=1``; ``default``
+is always there; ``SKYWARD_ETCD_BIN`` there picks another etcd binary (``etcd3.5=SKYWARD_ETCD_BIN=
+/path/to/etcd``), and entries named ``--flag`` are etcd flags (``{port}``: a free port).
+``--unix``: the default etcd also serves gRPC on its unix socket, as a Local pool's head does,
+and one more contender (``etcd:default-unix``) uses it instead of TLS over loopback TCP. Each
 ``--client`` adds a client process with extra environment (e.g.
 ``eeoff=GRPC_EXPERIMENTS=-event_engine_client``) against the default etcd; every etcd besides
 the default gets a plain client. With Dask (the default) one more process drives
@@ -95,11 +98,12 @@ def _free_port(address: str) -> int:
         return int(probe.getsockname()[1])
 
 
-def start_etcd(root: Path, env: dict[str, str]) -> dict[str, Any]:
+def start_etcd(root: Path, env: dict[str, str], local_socket: bool = False) -> dict[str, Any]:
     """One etcd as a pool's head runs it, with ``env`` added to its environment (entries named
     ``--flag`` are added to its command line instead; ``{port}`` in them is a free port)."""
     from skyward_iac.collections import pki
     from skyward_iac.node import etcd_server
+    from skyward_iac.orchestration.collections import built_etcd
 
     address = "127.0.0.1"
     bundle = pki.generate_cluster_certificates("ab", [address])
@@ -111,12 +115,14 @@ def start_etcd(root: Path, env: dict[str, str]) -> dict[str, Any]:
     etcd_server.etcd_command = lambda *a, **k: command(*a, **k) + flags  # type: ignore[assignment]
     try:
         server = etcd_server.start(root / "data", listen=address, client_port=_free_port(address),
-                                   peer_port=_free_port(address), certs_dir=root / "certs")
+                                   peer_port=_free_port(address), certs_dir=root / "certs",
+                                   built=built_etcd(), local_socket=local_socket)
     finally:
         etcd_server.etcd_command = command  # type: ignore[assignment]
         os.environ.clear()
         os.environ.update(saved)
     return {"endpoint": server.endpoint, "pid": server.pid, "data": str(root / "data"),
+            "socket": f"unix:{root / 'data' / etcd_server.GRPC_SOCKET}",
             "ca": bundle.ca_pem, "cert": bundle.client_cert_pem, "key": bundle.client_key_pem}
 
 
@@ -134,6 +140,8 @@ def main() -> None:
     parser.add_argument("--client", action="append", default=[], type=_variant)
     parser.add_argument("--etcd", action="append", default=[], type=_variant)
     parser.add_argument("--no-dask", action="store_true")
+    parser.add_argument("--unix", action="store_true",
+                        help="also a contender on the default etcd's unix socket")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     from skyward_iac.node import etcd_server
@@ -144,10 +152,14 @@ def main() -> None:
     processes: list[subprocess.Popen[str]] = []
     try:
         for name, env in [("default", {}), *args.etcd]:
-            etcds[name] = start_etcd(temp / name, env)
+            etcds[name] = start_etcd(temp / name, env, args.unix and name == "default")
         contenders: list[dict[str, Any]] = [
             {"name": f"etcd:{name}", "kind": "sky", "etcd": etcd, "server_pid": etcd["pid"],
              "env": {}} for name, etcd in etcds.items()]
+        if args.unix:
+            unix = {**etcds["default"], "endpoint": etcds["default"]["socket"]}
+            contenders.insert(1, {"name": "etcd:default-unix", "kind": "sky", "etcd": unix,
+                                  "server_pid": unix["pid"], "env": {}})
         contenders += [{"name": f"client:{name}", "kind": "sky", "etcd": etcds["default"],
                         "server_pid": etcds["default"]["pid"], "env": env}
                        for name, env in args.client]

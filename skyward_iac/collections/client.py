@@ -26,6 +26,7 @@ from pyetcd.watch import WatchResponse
 
 from skyward_iac.api.errors import CollectionError
 from skyward_iac.collections.pki import SERVER_NAME
+from skyward_iac.collections.unix_endpoint import UNIX_PREFIX, UnixEndpoint
 
 # etcd's default --max-txn-ops; larger batches are split by the callers.
 MAX_TXN_OPS = 128
@@ -35,7 +36,8 @@ WatchCallback = Callable[[WatchResponse | Exception], None]
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``host:port`` (or ``[v6]:port``) -> (host, port); ``ValueError`` when malformed."""
+    """``host:port`` (or ``[v6]:port``) -> (host, port); ``ValueError`` when malformed (a
+    ``unix:`` endpoint has no port: see ``UNIX_PREFIX``)."""
     host, sep, port = endpoint.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
@@ -108,8 +110,11 @@ class EtcdClient:
         ]
         # With one endpoint a "failed" mark only locks us out; with several it steers failover.
         retry = 0.0 if len(self.endpoints) == 1 else 1.0
-        eps = []
+        eps: list[pyetcd.Endpoint] = []
         for endpoint in self.endpoints:
+            if endpoint.startswith(UNIX_PREFIX):
+                eps.append(UnixEndpoint(endpoint, time_retry=retry, opts=options))
+                continue
             host, port = parse_endpoint(endpoint)
             host = f"[{host}]" if ":" in host else host  # pyetcd joins host:port as given
             eps.append(pyetcd.Endpoint(host, port, secure=True, creds=credentials,

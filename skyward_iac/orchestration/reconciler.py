@@ -41,7 +41,6 @@ from skyward_iac.observability.events import (
     Log,
     ProvisionRetried,
 )
-from skyward_iac.orchestration.collections import node_config
 from skyward_iac.orchestration.dispatch import Dispatcher
 from skyward_iac.orchestration.elastic import ElasticThreads
 from skyward_iac.orchestration.membership import ConvergeStep, Membership, converge_step, next_retry
@@ -261,7 +260,7 @@ class Reconciler:
 
     def _tell_peers(self, outputs: ClusterOutputs) -> None:
         infos = self.plan.instance_infos(outputs)
-        collections = node_config(outputs, self.plan.run_id)
+        collections = self.plan.collections_config(outputs)
         for node in self.membership.in_service():
             if self.membership.stopped:
                 return  # the pool is closing (its nodes close before a running update ends)
@@ -282,7 +281,7 @@ class Reconciler:
             node = Node.start(self.launch, outputs, address,
                               self.plan.bootstrap_plan(address, outputs),
                               self.plan.instance_infos(outputs)[index],
-                              node_config(outputs, self.plan.run_id))
+                              self.plan.collections_config(outputs))
         except BaseException as exc:  # noqa: BLE001 - reported; recreated with backoff
             self.start_errors.setdefault(index, exc)
             if self.on_node_gone is not None:
@@ -332,7 +331,7 @@ class Reconciler:
             node = Node.attach(self.launch, outputs, address, port,
                                self.plan.bootstrap_plan(address, outputs),
                                self.plan.instance_infos(outputs)[index],
-                               node_config(outputs, self.plan.run_id))
+                               self.plan.collections_config(outputs))
         except Exception as exc:  # noqa: BLE001 - the caller falls back to a cold start
             self.start_errors.setdefault(index, exc)
             self.membership.start_failed(index, f"{type(exc).__name__}: {exc}", ATTACH)

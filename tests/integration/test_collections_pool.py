@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import skyward_iac as sky
 from skyward_iac.collections import BackendConfig, connect
 from skyward_iac.collections.pki import generate_cluster_certificates
+from skyward_iac.node.etcd_binary import etcd_binary, etcd_version_text
+from skyward_iac.node.etcd_server import GRPC_SOCKET
+from skyward_iac.orchestration.collections import built_etcd
+from skyward_iac.remote.bootstrap import ETCD_DATA, ETCD_UPLOADED, EtcdServerPlan
+from skyward_iac.remote.bootstrap_run import ship_etcd
 
 NODES = 3
 
@@ -163,3 +171,50 @@ def test_etcd_refuses_a_client_without_the_cluster_certificate(cluster: sky.Pool
     with pytest.raises(sky.CollectionError):
         with connect(config) as backend:
             backend.counter("hits", consistency="strong").value
+
+
+@sky.function
+def etcd_endpoint(name: str) -> str:
+    from skyward_iac.collections import context
+
+    backend = context.current()
+    backend.counter(name, consistency="strong").increment()  # through that endpoint
+    return backend.config.endpoints[0]
+
+
+def test_local_tasks_reach_etcd_on_the_heads_private_socket(cluster: sky.Pool) -> None:
+    """Every node of a Local pool is this machine's, as this user: its tasks use the head's
+    plain gRPC socket in etcd's 0700 data dir instead of TLS over loopback; the head runs the
+    etcd scripts/setup built when there is one, else the wheel's."""
+    head = next(node for node in cluster.nodes if node.address.index == 0)
+    data = Path(head.address.workdir) / ETCD_DATA
+    path = data / GRPC_SOCKET
+    assert etcd_endpoint("via-socket") @ cluster == [f"unix:{path}"] * NODES
+    assert cluster.counter("via-socket", consistency="strong").value == NODES
+    assert stat.S_ISSOCK(path.stat().st_mode)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    pid = int((data / "etcd.pid").read_text())
+    assert os.readlink(f"/proc/{pid}/exe") == (built_etcd() or etcd_binary()[0])
+
+
+def test_a_cloud_head_that_runs_the_build_gets_a_copy_once(cluster: sky.Pool) -> None:
+    """What the bootstrap does for a cloud head with the client's OS and CPU (over a Local
+    node's real SSH): the client's etcd build is uploaded, runs there, and is kept after."""
+    binary = built_etcd()
+    if binary is None:
+        pytest.skip("no etcd build here: scripts/setup builds one (tools/etcd/build.sh)")
+    node = cluster.nodes[1]
+    workdir = node.address.workdir + "/etcd-upload"
+    node.connection.run(f"mkdir -p {workdir}", hide=True, in_stream=False)
+    cloud = EtcdServerPlan("10.0.0.5", "CA", "CERT", "KEY", binary=binary)
+    sftp = node.connection.client.open_sftp()  # fabric's cached one was closed by the bootstrap
+    try:
+        shipped = ship_etcd(sftp, workdir, cloud, "x86_64")
+        first = sftp.stat(f"{workdir}/{ETCD_UPLOADED}").st_mtime
+        assert ship_etcd(sftp, workdir, cloud, "x86_64") == shipped  # kept, not sent again
+        assert sftp.stat(f"{workdir}/{ETCD_UPLOADED}").st_mtime == first
+    finally:
+        sftp.close()
+    assert shipped.binary == f"{workdir}/{ETCD_UPLOADED}"
+    said = node.connection.run(f"{shipped.binary} --version", hide=True, in_stream=False).stdout
+    assert said.splitlines()[0] == f"etcd Version: {etcd_version_text(binary)}"
