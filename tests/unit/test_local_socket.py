@@ -14,6 +14,7 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +37,26 @@ try:
 except (ConnectionResetError, BrokenPipeError):
     print("reset")
 """
+
+
+def _as_nobody(script: str, *args: str) -> dict[str, Any]:
+    """``subprocess`` arguments running ``python -c script args`` as user nobody."""
+    return {"args": ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                     sys.executable, "-c", script, *args],
+            "text": True, "cwd": "/", "env": {**os.environ, "PYTHONPATH": ""}}
+
+
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A directory user nobody can reach (pytest's own tmp_path is private to us)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to act as another user")
+    directory = Path(tempfile.mkdtemp(prefix="skyward-local-socket-", dir="/tmp"))
+    directory.chmod(0o755)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _long_workdir(root: Path) -> Path:
@@ -81,37 +102,27 @@ def test_a_connection_without_the_token_is_refused_and_logged(agent: Agent) -> N
                       10)
 
 
-def test_a_peer_of_another_uid_is_refused_by_the_uid_check(tmp_path: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to connect as another user")
+def test_a_peer_of_another_uid_is_refused_by_the_uid_check(reachable: Path) -> None:
     # A workdir that user nobody can reach, and a socket whose mode lets it connect: only
     # the agent's SO_PEERCRED check stands between it and the agent.
-    workdir = Path(tempfile.mkdtemp(prefix="skyward-local-socket-", dir="/tmp"))
-    try:
-        workdir.chmod(0o755)
-        path = workdir / "agent.sock"
-        with running_agent(workdir, "--local-socket", str(path)):
-            path.chmod(0o666)
-            frame = protocol.HEADER.pack(len(TOKEN), protocol.RAW) + TOKEN.encode()
-            done = subprocess.run(
-                ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                 sys.executable, "-c", _AS_ANOTHER_USER, str(path), frame.hex()],
-                capture_output=True, text=True, timeout=60, cwd="/",
-                env={**os.environ, "PYTHONPATH": ""}, check=False)
-            assert done.returncode == 0, done.stderr  # it did connect: the modes let it
-            assert done.stdout.strip() in ("b''", "reset"), done.stdout
-            log = workdir / "agent.log"
-            assert wait_until(lambda: "on the local socket (not the agent's user)"
-                              in log.read_text(), 10), log.read_text()
-            # And the agent still serves its own user.
-            client = AgentClient(data_port.connect_local(path), TOKEN, node=0)
-            try:
-                assert client.submit("pow", protocol.dumps((pow, (2, 5), {})),
-                                     timeout=60).result(60) == 32
-            finally:
-                client.close()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    path = reachable / "agent.sock"
+    with running_agent(reachable, "--local-socket", str(path)):
+        path.chmod(0o666)
+        frame = protocol.HEADER.pack(len(TOKEN), protocol.RAW) + TOKEN.encode()
+        done = subprocess.run(**_as_nobody(_AS_ANOTHER_USER, str(path), frame.hex()),
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr  # it did connect: the modes let it
+        assert done.stdout.strip() in ("b''", "reset"), done.stdout
+        log = reachable / "agent.log"
+        assert wait_until(lambda: "on the local socket (not the agent's user)"
+                          in log.read_text(), 10), log.read_text()
+        # And the agent still serves its own user.
+        client = AgentClient(data_port.connect_local(path), TOKEN, node=0)
+        try:
+            assert client.submit("pow", protocol.dumps((pow, (2, 5), {})),
+                                 timeout=60).result(60) == 32
+        finally:
+            client.close()
 
 
 def test_a_stale_socket_is_replaced_and_anything_else_refused(tmp_path: Path) -> None:
@@ -139,30 +150,21 @@ def test_a_stale_socket_is_replaced_and_anything_else_refused(tmp_path: Path) ->
     assert path.read_text() == "not a socket"
 
 
-def test_the_client_refuses_a_socket_served_by_another_uid(tmp_path: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to serve a socket as another user")
-    directory = Path(tempfile.mkdtemp(prefix="skyward-local-socket-", dir="/tmp"))
+def test_the_client_refuses_a_socket_served_by_another_uid(reachable: Path) -> None:
+    reachable.chmod(0o777)  # nobody plants its socket here
+    path = reachable / "planted.sock"
+    serve = ("import socket, sys, time\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "s.bind(sys.argv[1]); s.listen(1); print('ready', flush=True)\n"
+             "c, _ = s.accept(); time.sleep(10)\n")
+    planted = subprocess.Popen(**_as_nobody(serve, str(path)), stdout=subprocess.PIPE)
     try:
-        directory.chmod(0o777)
-        path = directory / "planted.sock"
-        serve = ("import socket, sys, time\n"
-                 "s = socket.socket(socket.AF_UNIX)\n"
-                 "s.bind(sys.argv[1]); s.listen(1); print('ready', flush=True)\n"
-                 "c, _ = s.accept(); time.sleep(10)\n")
-        planted = subprocess.Popen(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
-             "-c", serve, str(path)], stdout=subprocess.PIPE, text=True, cwd="/",
-            env={**os.environ, "PYTHONPATH": ""})
-        try:
-            assert planted.stdout is not None and planted.stdout.readline().strip() == "ready"
-            with pytest.raises(PermissionError, match="served by uid"):
-                data_port.connect_local(path)
-        finally:
-            planted.kill()
-            planted.wait()
+        assert planted.stdout is not None and planted.stdout.readline().strip() == "ready"
+        with pytest.raises(PermissionError, match="served by uid"):
+            data_port.connect_local(path)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        planted.kill()
+        planted.wait()
 
 
 def test_the_path_chosen_with_a_local_socket_says_why() -> None:
