@@ -6,7 +6,9 @@ below replaces loadfile's scheduler with ``Units``. A unit is what one worker ru
 * a file, by default, as under loadfile: its module-scoped fixtures (a real etcd, a moto
   server, a pool) are started once;
 * each test on its own in the files of ``SPREAD``, whose tests share no module fixture and no
-  state: a long file's tests then run on both workers instead of one.
+  state: a long file's tests then run on both workers instead of one;
+* the files of ``SHARED_POOLS`` together: they use the pools of tests/integration/conftest.py,
+  which are closed when a worker's next test does not use them, so one unit makes each once.
 
 Units start longest first (the seconds in tests/durations.json; a unit not in it gets a guess
 from its directory and number of tests): with two workers the run ends when the last long unit
@@ -55,6 +57,15 @@ SPREAD = frozenset({
     "tests/chaos/test_forgotten_session.py",
     "tests/chaos/test_etcd_loss.py",
 })
+#: Files that use the shared pools of tests/integration/conftest.py (``pool``, ``process_pool``),
+#: and the name of the one unit they make.
+SHARED_POOLS = frozenset({
+    "tests/integration/test_api.py",
+    "tests/integration/test_dispatch.py",
+    "tests/integration/test_pool_forward.py",
+    "tests/integration/test_task_events.py",
+})
+SHARED_POOLS_UNIT = "tests/integration/conftest.py::shared pools"
 #: Seconds each unit took in a whole run, read to order the units.
 DURATIONS = Path(__file__).with_name("durations.json")
 #: An unmeasured unit's guessed seconds, by the directory under tests/: (once, per test). An
@@ -66,8 +77,11 @@ _recorded: dict[str, float] = defaultdict(float)
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit a test runs in: its file, or the test itself in a file of ``SPREAD``."""
+    """The unit a test runs in: its file, the test itself in a file of ``SPREAD``, or the
+    shared pools' unit."""
     path = nodeid.split("::", 1)[0]
+    if path in SHARED_POOLS:
+        return SHARED_POOLS_UNIT
     return nodeid if path in SPREAD else path
 
 

@@ -15,6 +15,11 @@ def test_a_file_is_one_unit_unless_its_tests_are_independent() -> None:
     assert scheduling.unit_of("tests/chaos/test_warm_pools.py::test_one_adopter_at_a_time") \
         == "tests/chaos/test_warm_pools.py::test_one_adopter_at_a_time"
 
+    # The files that use the integration conftest's shared pools run as one unit, so a worker
+    # makes each pool once.
+    assert {scheduling.unit_of(f"{path}::test_x") for path in scheduling.SHARED_POOLS} \
+        == {scheduling.SHARED_POOLS_UNIT}
+
 
 def test_units_start_longest_first_measured_or_guessed() -> None:
     units = {"tests/unit/test_a.py": 40, "tests/unit/test_b.py": 40,
@@ -30,4 +35,5 @@ def test_units_start_longest_first_measured_or_guessed() -> None:
 
 def test_every_spread_file_exists() -> None:
     root = scheduling.DURATIONS.parents[1]
-    assert all((root / path).is_file() for path in scheduling.SPREAD)
+    assert all((root / path).is_file() for path in scheduling.SPREAD | scheduling.SHARED_POOLS)
+    assert not scheduling.SPREAD & scheduling.SHARED_POOLS
