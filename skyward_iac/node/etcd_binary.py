@@ -48,7 +48,12 @@ def etcd_binary(built: str | None = None) -> tuple[str, str]:
 
 def etcd_version(binary: str) -> tuple[int, int] | None:
     """(major, minor) of an etcd binary, from its ``--version``; None when it does not say."""
-    found = re.match(r"(\d+)\.(\d+)", etcd_version_text(binary))
+    return major_minor(etcd_version_text(binary))
+
+
+def major_minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version such as ``3.6.16``; None when it is not one."""
+    found = re.match(r"(\d+)\.(\d+)", version)
     return (int(found[1]), int(found[2])) if found else None
 
 

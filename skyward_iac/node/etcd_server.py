@@ -47,6 +47,7 @@ from skyward_iac.node.etcd_binary import (  # noqa: F401 - ETCD_BIN_ENV: part of
     etcd_binary,
     etcd_version,
     etcd_version_text,
+    major_minor,
 )
 from skyward_iac.processes import is_alive
 
@@ -131,7 +132,7 @@ def _check_certificates(certs_dir: Path) -> None:
 def etcd_command(
     data_dir: Path, *, listen: str, client_port: int, peer_port: int, certs_dir: Path,
     name: str = "skyward", durable: bool = False, binary: str | None = None,
-    local_socket: bool = False,
+    local_socket: bool = False, version: str | None = None,
 ) -> list[str]:
     """etcd's argument list: one member, mutual TLS on both the client and the peer port;
     ``local_socket``: plain gRPC on ``GRPC_SOCKET`` in the data dir too."""
@@ -162,7 +163,8 @@ def etcd_command(
         # Values are cloudpickled objects; etcd's 1.5 MiB default is tight for cached arrays.
         "--max-request-bytes=16777216",
         "--log-level=warn",
-        *http_listener_flags(etcd_version(binary)),
+        *http_listener_flags(major_minor(version) if version is not None
+                             else etcd_version(binary)),
     ]
     if not durable:
         # Collections live and die with the job and with the head node's disk: an fsync per
@@ -203,10 +205,11 @@ def start(
         for port in (client_port, peer_port):
             _ensure_free(listen, port)
         binary, source = etcd_binary(built)
-        say(f"etcd {etcd_version_text(binary) or '(version unknown)'} from {source}: {binary}")
+        version = etcd_version_text(binary)
+        say(f"etcd {version or '(version unknown)'} from {source}: {binary}")
         command = etcd_command(data_dir, listen=listen, client_port=client_port,
                                peer_port=peer_port, certs_dir=certs_dir, durable=durable,
-                               binary=binary, local_socket=local_socket)
+                               binary=binary, local_socket=local_socket, version=version)
         # A socket file left by an etcd that was killed would make this one fail to listen.
         for stale in (HTTP_SOCKET, GRPC_SOCKET):
             (data_dir / stale).unlink(missing_ok=True)
