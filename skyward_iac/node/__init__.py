@@ -35,7 +35,8 @@ IMPORTS = frozenset({
     "skyward_iac.api", "skyward_iac.api.deadlines", "skyward_iac.api.errors",
     "skyward_iac.api.function", "skyward_iac.api.metrics", "skyward_iac.api.plugin",
     "skyward_iac.api.runtime",
-    # the distributed collections, used from tasks; etcd_server reads the PKI and the client
+    # the distributed collections, used from tasks (a Local pool's over the head's unix socket:
+    # unix_endpoint); etcd_server writes the PKI's files
     "skyward_iac.collections", "skyward_iac.collections._barrier",
     "skyward_iac.collections._counter", "skyward_iac.collections._dict",
     "skyward_iac.collections._lock", "skyward_iac.collections._queue",
@@ -44,12 +45,14 @@ IMPORTS = frozenset({
     "skyward_iac.collections.client", "skyward_iac.collections.context",
     "skyward_iac.collections.namespace", "skyward_iac.collections.pki",
     "skyward_iac.collections.session", "skyward_iac.collections.slots",
-    "skyward_iac.collections.store",
+    "skyward_iac.collections.store", "skyward_iac.collections.unix_endpoint",
     "skyward_iac.node", "skyward_iac.node.__main__", "skyward_iac.node.agent",
     # shared arguments: what an agent keeps per connection, and hands its workers as memfds
     "skyward_iac.node.buffer_cache", "skyward_iac.node.buffer_maps",
     "skyward_iac.node.shared_refs",
     "skyward_iac.node.data_port", "skyward_iac.node.etcd_server", "skyward_iac.node.facts",
+    # etcd-server's choice of binary, and its health check without the gRPC client
+    "skyward_iac.node.etcd_binary", "skyward_iac.node.etcd_health",
     "skyward_iac.node.messages",
     "skyward_iac.node.lifeline", "skyward_iac.node.plugin_hooks", "skyward_iac.node.task_output",
     "skyward_iac.node.preemption", "skyward_iac.node.protocol", "skyward_iac.node.read_ahead",
