@@ -10,9 +10,10 @@ import pytest
 
 from skyward_iac.infra.engine import locate as engine
 
-#: The local S3 server fixtures (``server``, ``storage``) for the storage and volume tests, and
-#: how the suite is cut into units for pytest-xdist (tests/scheduling.py).
-pytest_plugins = ["tests.s3_server", "tests.scheduling"]
+#: The local S3 server fixtures (``server``, ``storage``) for the storage and volume tests, how
+#: the suite is cut into units for pytest-xdist (tests/scheduling.py), and the warning for a
+#: pool that outlives its test file (tests/pool_threads.py).
+pytest_plugins = ["tests.s3_server", "tests.scheduling", "tests.pool_threads"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -65,7 +66,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def _uses(item: pytest.Item | None, name: str) -> bool:
     """Whether ``item`` asks for this module's fixture ``name`` (not a file's own ``pool``)."""
     info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.get(name, ()) if info is not None else ()
+    definitions: Sequence[Any] = info.name2fixturedefs.get(name, ()) if info is not None else ()
     return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == __name__
 
 
