@@ -1,0 +1,117 @@
+"""A Local node's two paths to the same agent, alternated: its Unix socket and its TLS data port.
+
+    .venv/bin/python bench/local_socket_ab.py [--rounds 6] [--calls 500]
+
+One real 1-node Local pool (numpy on the node); two ``AgentClient``s of this process reach its
+agent at once, one over the local socket (remote/data_port.py ``connect_local``) and one over
+the TLS data port (``connect``, the stack's server pair as a client certificate, as the tests
+do). Each round gives each path, in turn (the order flips every round, so load from elsewhere
+hits both alike), ``--calls`` sequential no-op round trips and one call carrying a fresh
+100 MiB float64 array (its sum checked). Printed per path: the median of the rounds' p50, the
+client process's CPU per no-op call (``time.process_time``, every thread of this process) and
+the 100 MiB figure in MB/s (MB = 2**20 bytes), with each round's values, and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import skyward_iac as sky  # noqa: E402
+from skyward_iac.node import protocol  # noqa: E402
+from skyward_iac.remote import data_port  # noqa: E402
+from skyward_iac.remote.agent_client import AgentClient  # noqa: E402
+from skyward_iac.remote.bootstrap import LOCAL_SOCKET_FILE  # noqa: E402
+
+MIB = 1 << 20
+
+
+def noop(x: int) -> int:
+    return x
+
+
+def total(array: Any) -> float:
+    return float(array.sum())
+
+
+def clients(pool: Any) -> dict[str, AgentClient]:
+    """The node's agent reached over each path."""
+    node = pool.nodes[0]
+    workdir = Path(node.address.workdir)
+    token = (workdir / "agent.token").read_text().strip()
+    tls = workdir / "tls"
+    # etcd's server pair, which the agent presents, also carries clientAuth: a stack member.
+    certificate = data_port.IssuedCertificate(*((tls / name).read_text() for name in
+                                                ("ca.crt", "server.crt", "server.key")))
+    port = data_port.announced_port(node.connection, node.address.workdir, 30)
+    assert port is not None, "the agent announced no data port"
+    local = data_port.connect_local(workdir / LOCAL_SOCKET_FILE)
+    remote = data_port.connect(node.address.public_address, port,
+                               data_port.client_context(certificate))
+    return {"local socket": AgentClient(local, token, 0), "TLS": AgentClient(remote, token, 0)}
+
+
+def one_round(client: AgentClient, calls: int, serial: int) -> tuple[float, float, float]:
+    """p50 (ms) and client CPU per call (µs) of ``calls`` no-ops, then one fresh 100 MiB
+    call's MB/s."""
+    walls = []
+    cpu = time.process_time()
+    for i in range(calls):
+        began = time.perf_counter()
+        client.submit("noop", protocol.dumps((noop, (i,), {})), timeout=60).result(60)
+        walls.append(time.perf_counter() - began)
+    cpu_us = (time.process_time() - cpu) / calls * 1e6
+    count = 100 * MIB // 8
+    array = np.arange(serial * count, (serial + 1) * count, dtype=np.float64)
+    expected = float(array.sum())
+    began = time.perf_counter()
+    payload, buffers = protocol.dumps_with_buffers((total, (array,), {}))
+    got = client.submit("total", payload, 120, buffers).result(120)
+    rate = array.nbytes / MIB / (time.perf_counter() - began)
+    assert got == expected, "a wrong sum"
+    return statistics.median(walls) * 1e3, cpu_us, rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=500)
+    args = parser.parse_args()
+    image = sky.Image(pip=("--offline", "numpy==2.4.6"))  # as bench/systems.py's pools
+    with sky.Compute(provider=sky.Local(), nodes=1, image=image,
+                     options=sky.Options(console=False)) as pool:
+        paths = clients(pool)
+        try:
+            for client in paths.values():  # warm-up
+                for i in range(200):
+                    client.submit("noop", protocol.dumps((noop, (i,), {})), timeout=60).result(60)
+            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in paths}
+            serial = 0
+            for turn in range(args.rounds):
+                for name in (list(paths) if turn % 2 == 0 else list(paths)[::-1]):
+                    results[name].append(one_round(paths[name], args.calls, serial))
+                    serial += 1
+        finally:
+            for client in paths.values():
+                client.close()
+    for name, rounds in results.items():
+        p50s, cpus, rates = zip(*rounds, strict=True)
+        print(f"{name}: p50 {statistics.median(p50s):.3f} ms "
+              f"({' '.join(f'{x:.3f}' for x in p50s)}), client CPU "
+              f"{statistics.median(cpus):.0f} µs/call, 100 MiB {statistics.median(rates):.0f} "
+              f"MB/s ({' '.join(f'{x:.0f}' for x in rates)})")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
