@@ -25,13 +25,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import skyward_iac as sky  # noqa: E402
-from skyward_iac.node import protocol  # noqa: E402
-from skyward_iac.remote import data_port  # noqa: E402
-from skyward_iac.remote.agent_client import AgentClient  # noqa: E402
-from skyward_iac.remote.bootstrap import LOCAL_SOCKET_FILE  # noqa: E402
+import skyward_iac as sky
+from skyward_iac.node import protocol
+from skyward_iac.remote import data_port
+from skyward_iac.remote.agent_client import AgentClient
+from skyward_iac.remote.bootstrap import LOCAL_SOCKET_FILE
 
 MIB = 1 << 20
 
