@@ -19,21 +19,19 @@ if [ -x "$DEST/etcd" ] && [ "$(version_of "$DEST/etcd")" = "${VERSION#v}" ]; the
     exit 0
 fi
 
-command -v go >/dev/null 2>&1 || {
-    say "Go is needed to build etcd $VERSION: install Go 1.26 or newer and run again"
-    exit 1
-}
+command -v go >/dev/null 2>&1 \
+    || { say "Go is needed to build etcd $VERSION: install Go 1.26 or newer and run again"; exit 1; }
 say "building etcd $VERSION from Go modules into $DEST (first time only; a few minutes)"
 start=$(date +%s)
 mkdir -p "$DEST"
-tmp=$(mktemp -d "$DEST/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-(
-    cd "$HERE"
-    # -mod=readonly: go.sum pins every module; a build never edits the checked-in files.
-    CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
-        go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
-)
-[ "$(version_of "$tmp/etcd")" = "${VERSION#v}" ] || { say "built binary does not report $VERSION"; exit 1; }
-mv -f "$tmp/etcd" "$DEST/etcd"
+# Built beside the binary and renamed over it once it answers: never a half-written etcd.
+# -mod=readonly: go.sum pins every module; a build never edits the checked-in files.
+(cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+    go build -trimpath -ldflags "-s -w" -o "$DEST/etcd.new" go.etcd.io/etcd/server/v3)
+if [ "$(version_of "$DEST/etcd.new")" != "${VERSION#v}" ]; then
+    rm -f "$DEST/etcd.new"
+    say "built binary does not report $VERSION"
+    exit 1
+fi
+mv -f "$DEST/etcd.new" "$DEST/etcd"
 say "etcd $VERSION built in $(( $(date +%s) - start ))s"
