@@ -55,6 +55,8 @@ IMPORTS = frozenset({
     "skyward_iac.node.etcd_binary", "skyward_iac.node.etcd_health",
     "skyward_iac.node.messages",
     "skyward_iac.node.lifeline", "skyward_iac.node.plugin_hooks", "skyward_iac.node.task_output",
+    # a Local node's agent also listens on a Unix socket in its workdir
+    "skyward_iac.node.local_socket",
     "skyward_iac.node.preemption", "skyward_iac.node.protocol", "skyward_iac.node.read_ahead",
     "skyward_iac.node.refusals",
     "skyward_iac.node.relay", "skyward_iac.node.sampler", "skyward_iac.node.slots",
