@@ -81,25 +81,29 @@ class Skyward:
 
 
 class SkywardTls(Skyward):
-    """The same Local pool reached over each agent's TLS data port, as a cloud node is:
-    ``SKYWARD_LOCAL_SOCKET=0`` (remote/data_port.py) while its nodes are attached. skyward's
-    own figures are the same-host path's (a Unix socket); this one keeps the cloud-like figure
-    beside them in the same run."""
+    """The same Local pool reached as a cloud node is: each agent over its TLS data port
+    (``SKYWARD_LOCAL_SOCKET=0``, remote/data_port.py) and the head's etcd from tasks over TLS
+    on TCP (``SKYWARD_ETCD_SOCKET=0``, orchestration/collections.py), both read while the
+    pool starts. skyward's own figures are the same-host paths' (Unix sockets); this one
+    keeps the cloud-like figure beside them in the same run."""
 
     name = "skyward-tls"
 
     def start(self, workers: int = 2) -> None:
+        from skyward_iac.orchestration.collections import ETCD_SOCKET_ENV
         from skyward_iac.remote.data_port import LOCAL_SOCKET_ENV
 
-        before = os.environ.get(LOCAL_SOCKET_ENV)
-        os.environ[LOCAL_SOCKET_ENV] = "0"
+        names = (LOCAL_SOCKET_ENV, ETCD_SOCKET_ENV)
+        before = {name: os.environ.get(name) for name in names}
+        os.environ.update({name: "0" for name in names})
         try:
             super().start(workers)
-        finally:  # read when a node is attached: the other systems' pools are unaffected
-            if before is None:
-                os.environ.pop(LOCAL_SOCKET_ENV, None)
-            else:
-                os.environ[LOCAL_SOCKET_ENV] = before
+        finally:  # read while nodes attach: the other systems' pools are unaffected
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 class Ray:
