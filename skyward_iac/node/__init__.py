@@ -51,6 +51,8 @@ IMPORTS = frozenset({
     "skyward_iac.node.buffer_cache", "skyward_iac.node.buffer_maps",
     "skyward_iac.node.shared_refs",
     "skyward_iac.node.data_port", "skyward_iac.node.etcd_server", "skyward_iac.node.facts",
+    # large buffers a Local client hands over as sealed memfds on the local socket
+    "skyward_iac.node.fd_buffers",
     # etcd-server's choice of binary, and its health check without the gRPC client
     "skyward_iac.node.etcd_binary", "skyward_iac.node.etcd_health",
     "skyward_iac.node.messages",

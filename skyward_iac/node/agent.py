@@ -41,7 +41,7 @@ from pathlib import Path
 
 from skyward_iac.api import metrics
 from skyward_iac.api.deadlines import BUDGET_FILE
-from skyward_iac.node import data_port, local_socket, protocol, relay
+from skyward_iac.node import data_port, fd_buffers, local_socket, protocol, relay
 from skyward_iac.node.buffer_cache import BufferCache, SharedArgumentError, agent_cap
 from skyward_iac.node.messages import (
     Beat,
@@ -178,10 +178,12 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
     tasks."""
     if sock.family != socket.AF_UNIX:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = fd_buffers.reader_for(sock)  # on a Unix socket, descriptors are never dropped
     with sock:
-        channel = protocol.Channel(sock)
+        channel = protocol.Channel(reader, sock)
         sock.settimeout(HANDSHAKE_TIMEOUT)
-        if not authenticate(channel, token):
+        if not authenticate(channel, token) or fd_buffers.holds(reader):
+            fd_buffers.discard(reader)  # none may come before the token
             refusals.refused(peer_host(sock))
             return
         sock.settimeout(None)
@@ -190,11 +192,11 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         # Read ahead only now (a small frame in one read): nothing beyond the token before.
-        channel = protocol.Channel(ReadAhead(sock), sock)
+        channel = protocol.Channel(ReadAhead(reader), sock)
         connection = Connection(channel, slots, heartbeat)
         connection.send(Welcome(node=slots.node, pid=os.getpid(), python=sys.version.split()[0],
                                 protocol=protocol.PROTOCOL_VERSION,
-                                shared_cap=connection.kept.cap))
+                                shared_cap=connection.kept.cap, descriptors=reader is not sock))
         if listeners is not None:
             listeners.add(connection)
         try:
@@ -204,6 +206,7 @@ def handle(sock: socket.socket, token: bytes, slots: Slots, refusals: RefusalLog
         except protocol.ProtocolError as exc:
             log.warning("closed a client connection that broke the protocol: %s", exc)
         finally:
+            fd_buffers.discard(reader)
             connection.kept.clear()
             if listeners is not None:
                 listeners.discard(connection)

@@ -18,13 +18,15 @@ from skyward_iac.node.shared_refs import IN_BAND
 class Welcome:
     """The agent's answer to a valid token; ``protocol`` is its ``PROTOCOL_VERSION``;
     ``shared_cap`` the bytes of shared arguments it keeps for this connection at most
-    (node/buffer_cache.py)."""
+    (node/buffer_cache.py); ``descriptors``: it takes large buffers as memfds on this
+    connection (node/fd_buffers.py; absent from an older agent's, which reads as False)."""
 
     node: int
     pid: int
     python: str
     protocol: int
     shared_cap: int = 0
+    descriptors: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from skyward_iac.node import protocol
 CHUNK = 65536
 
 
-def close_socket(sock: socket.socket) -> None:
+def close_socket(sock: Any) -> None:
     """Shut ``sock`` down, then close it: close() alone would leave a recv blocked in another
     thread (and the connection) open."""
     try:
@@ -50,13 +50,18 @@ def receive(stream: protocol.ByteStream) -> tuple[Any, ...]:
 
 
 class ReadAhead:
-    """A ``protocol.ByteStream`` reading ``sock`` through a buffer; writes go to ``sock``
-    itself (give ``sock`` to ``protocol.Channel`` as its writer)."""
+    """A ``protocol.ByteStream`` reading ``sock`` (a socket, or a ``fd_buffers.DescriptorReader``
+    of one) through a buffer; writes go to the socket itself (give it to ``protocol.Channel``
+    as its writer)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: Any) -> None:
         self.sock = sock
         self._held = b""  # read from the socket, not yet given out
         self._at = 0
+
+    def unread(self) -> int:
+        """How many bytes read from the socket are held here, not yet given out."""
+        return len(self._held) - self._at
 
     def pending(self) -> bool:
         """Whether bytes are held here (a ``select`` on the socket does not see them)."""

@@ -20,6 +20,10 @@ that one client: the agent unpickles them for its bookkeeping but does not pickl
 Likewise a client's small frame of tasks goes to a worker as received when the worker takes
 all of them at once (``frame_of``).
 
+On a Local node's Unix socket a large buffer need not arrive at all: the client hands over a
+sealed memfd instead (node/fd_buffers.py), which becomes an ``Arriving`` that has all arrived
+(``Arriving.of_memfd``), and its workers are given that very memfd.
+
 If the client goes away mid-frame, every ``Arriving`` of the frame is *lost*: a send waiting on
 one raises ``SourceLost``, and a task holding one is never run (``lost``, node/slots.py).
 """
@@ -36,7 +40,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
-from skyward_iac.node import protocol, read_ahead
+from skyward_iac.node import fd_buffers, protocol, read_ahead
 
 log = logging.getLogger("skyward.agent")
 #: The frame ``serve`` is dispatching in this thread: ``(messages, passable frame or None)``.
@@ -100,6 +104,21 @@ class Arriving(mmap.mmap):
         self._changed = threading.Condition()
         self._wanted = 0  # how many bytes its forwarding send waits for
         self._sealed = False
+        return self
+
+    @classmethod
+    def of_memfd(cls, fd: int, size: int) -> Self:
+        """One that came whole as ``fd``, a memfd its sender sealed (node/fd_buffers.py,
+        checked there), owned from now on: its workers are handed this same memfd."""
+        try:
+            # Private: a shared mapping of a write-sealed memfd is refused before Linux 6.7.
+            self = mmap.mmap.__new__(cls, fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd, self.arrived, self.lost, self._wanted, self._sealed = fd, size, False, 0, True
+        self._changed = threading.Condition()
+        weakref.finalize(self, os.close, fd)
         return self
 
     def memfd(self) -> int:
@@ -194,9 +213,15 @@ def receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], No
 def _receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], None] | None,
                                                  list[bytes] | None]:
     """As ``receive``, and the frame as received when it can be passed on as it is."""
+    start = fd_buffers.position(channel.stream)
     kind, payload, sizes = read_ahead.read_frame_head(channel.stream)
     if kind == protocol.RAW:
         raise protocol.ProtocolError("unexpected raw frame after the handshake")
+    handed = fd_buffers.claim(channel.stream, start, sizes, Arriving.of_memfd)
+    if any(buffer is not None for buffer in handed):  # no byte of theirs follows
+        buffers = [buffer if buffer is not None else protocol.recv_buffer(channel.stream, size)
+                   for buffer, size in zip(handed, sizes, strict=True)]
+        return protocol.unbatch(pickle.loads(payload, buffers=buffers)), None, None
     if not relayed(sizes):
         buffers = [protocol.recv_buffer(channel.stream, size) for size in sizes]
         messages = protocol.unbatch(pickle.loads(payload, buffers=buffers))

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from skyward_iac.api.errors import NodeConnectionError
 from skyward_iac.node import protocol
@@ -47,7 +47,7 @@ from skyward_iac.node.messages import (
     Welcome,
 )
 from skyward_iac.node.protocol import ByteStream
-from skyward_iac.remote import shared_buffers
+from skyward_iac.remote import fd_channel, shared_buffers
 from skyward_iac.remote.callback_lanes import Lane, call_back, done_on_loop, quiet_on_loop
 from skyward_iac.remote.deadlines import Deadlines
 from skyward_iac.remote.outcomes import outcome_of
@@ -125,7 +125,7 @@ class AgentClient:
                              daemon=True).start()
         else:
             # The channel only writes to it (``sendall``): the loop does the reading.
-            self._channel = protocol.Channel(stream, writer=cast(ByteStream, reading.stream))
+            self._channel = fd_channel.channel(stream, self.welcome, reading.stream)
             self._loop.register(reading)
 
     def _handshake(self, token: str) -> Welcome:

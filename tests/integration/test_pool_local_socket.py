@@ -1,8 +1,8 @@
 """A real Local pool's agents are reached over their local socket (a Unix socket in each node's
-workdir, node/local_socket.py): small and 100 MB numpy arguments round-trip over it, the log
-says which path each node took and why, SSH is held only where the collections tunnel needs
-it, and with ``SKYWARD_LOCAL_SOCKET=0`` (or a socket that does not answer) the client takes the
-TLS data port instead."""
+workdir, node/local_socket.py): small and 100 MB numpy arguments round-trip over it, a 100 MB
+one as a sealed memfd (node/fd_buffers.py), the log says which path each node took and why,
+SSH is held only where the collections tunnel needs it, and with ``SKYWARD_LOCAL_SOCKET=0`` (or
+a socket that does not answer) the client takes the TLS data port instead."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 import skyward_iac as sky
 from skyward_iac.node import protocol
-from skyward_iac.remote import data_port
+from skyward_iac.remote import data_port, fd_channel
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.bootstrap import LOCAL_SOCKET_FILE
 from tests.agent_process import connections_to
@@ -30,6 +30,19 @@ def checksum(array: object) -> tuple[int, float]:
 
     values = np.asarray(array)
     return int(values.size), float(values[::4096].sum())
+
+
+@sky.function
+def in_handed_memfd(array: object) -> tuple[float, bool]:
+    """A sample sum of ``array``, and whether its memory is a memfd the client handed over
+    (node/fd_buffers.py) rather than one the agent filled from the socket."""
+    import numpy as np
+
+    values = np.asarray(array)
+    at = values.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        spans = [line.split()[0].split("-") for line in maps if "skyward-handed" in line]
+    return float(values[::4096].sum()), any(int(lo, 16) <= at < int(hi, 16) for lo, hi in spans)
 
 
 @sky.function
@@ -89,6 +102,19 @@ def test_small_and_100_mb_numpy_arguments_round_trip(started: tuple[sky.Pool, li
     assert pool.run(checksum(array)) == (array.size, float(array[::4096].sum()))
     small = np.arange(10, dtype=np.int64)
     assert pool.run(checksum(small)) == (10, 0.0)
+
+
+def test_a_100_mb_argument_goes_as_a_sealed_memfd(started: tuple[sky.Pool, list[str]]) -> None:
+    import numpy as np
+
+    pool, _ = started
+    assert all(isinstance(node.agent._channel, fd_channel.DescriptorChannel)
+               for node in pool.nodes)
+    array = np.random.default_rng(11).random(100_000_000 // 8)
+    for _ in range(2):  # the second call: kept by the agent (Keep), the same memfd
+        assert pool.run(in_handed_memfd(array)) == (float(array[::4096].sum()), True)
+    small = np.arange(1000, dtype=np.float64)
+    assert pool.run(in_handed_memfd(small)) == (0.0, False)
 
 
 def test_turned_off_or_unanswered_the_data_port_serves(

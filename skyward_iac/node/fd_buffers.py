@@ -1,0 +1,221 @@
+"""Large buffers handed over as sealed memfds on a Local node's Unix socket, not as bytes.
+
+Over the local socket (node/local_socket.py) the client and the agent share a kernel, so a large
+out-of-band buffer need not cross the socket at all: the client writes it once into a fresh
+memfd, seals it (no write, grow or shrink any more) and sends the descriptor with the frame
+(``SCM_RIGHTS``); the agent checks it and hands that very memfd to the worker (node/buffer_maps.py)
+as it does a buffer that arrived as bytes (``relay.Arriving``). One copy of the bytes on the
+node (the client's write) instead of three (the client's send, the agent's receive, its
+``pwrite`` into the memfd).
+
+The wire: a size-table entry with ``DESCRIPTOR`` set says that buffer comes as a descriptor of
+the size in the other bits, and none of its bytes follow; the descriptors go with the frame's
+first bytes (its header), all of them in one ``sendmsg``. The agent reads such a socket only with
+``recvmsg`` (``DescriptorReader``: a plain ``recv`` would have the kernel close them unseen),
+noting where in the stream each batch of descriptors came. A frame's descriptors must have
+come while its head was read, exactly as many as it declares, at most ``MAX_DESCRIPTORS``;
+each must be a memfd of the declared size sealed against writes (``F_SEAL_WRITE`` or
+``F_SEAL_FUTURE_WRITE``) and shrinking. Anything else (descriptors before the token, stray
+ones, too many, a pipe, an unsealed or wrong-sized memfd) is a ``ProtocolError``: the
+connection is closed, and every descriptor received on it is closed with it.
+
+Only the local socket carries descriptors, and a client sends them only to an agent whose
+``Welcome`` says it takes them (``Welcome.descriptors``): an older agent, or any TLS or SSH
+connection, gets bytes as before, and an entry with ``DESCRIPTOR`` set on those is refused.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import os
+import socket
+import stat
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from skyward_iac.node import protocol
+
+#: Set in a size-table entry: that buffer comes as a descriptor, of the size in the other bits.
+DESCRIPTOR = 1 << 63
+#: At most this many descriptors in one frame (more are refused).
+MAX_DESCRIPTORS = 64
+#: Buffers at least this large go as descriptors (smaller ones cost less as bytes).
+DESCRIPTOR_MIN = protocol.LAZY_MIN
+#: Room for the most descriptors one read may bring; more set ``MSG_CTRUNC`` and are refused.
+_ANCILLARY = socket.CMSG_SPACE(MAX_DESCRIPTORS * array.array("i").itemsize)
+_F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+#: The seals a handed-over memfd must have, one of the first two at least and the third.
+_NO_WRITE = fcntl.F_SEAL_WRITE | _F_SEAL_FUTURE_WRITE
+#: The name of a client's memfd (``/proc/PID/maps`` shows where one is mapped).
+MEMFD_NAME = "skyward-handed"
+#: What the client seals (``F_SEAL_WRITE``: it has no mapping of the memfd).
+CLIENT_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+class DescriptorReader:
+    """A Unix socket read only with ``recvmsg``: the descriptors that come with its bytes are
+    kept, each batch with the stream offset its read ended at, until a frame claims them
+    (``claim``) or the connection ends (``close``)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        #: Bytes read from the socket so far.
+        self.received = 0
+        self._batches: list[tuple[int, list[int]]] = []
+        self._lock = threading.Lock()
+
+    def recv(self, size: int, /) -> bytes:
+        data, ancillary, flags, _ = self.sock.recvmsg(size, _ANCILLARY)
+        self._took(len(data), ancillary, flags)
+        return data
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, /) -> int:
+        with memoryview(buffer) as view:
+            target = view[:nbytes or len(view)]
+            n, ancillary, flags, _ = self.sock.recvmsg_into([target], _ANCILLARY)
+        self._took(n, ancillary, flags)
+        return n
+
+    def _took(self, n: int, ancillary: list[tuple[int, int, bytes]], flags: int) -> None:
+        fds = array.array("i")
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        with self._lock:
+            self.received += n
+            if fds:
+                self._batches.append((self.received, list(fds)))
+        if flags & socket.MSG_CTRUNC:
+            raise protocol.ProtocolError(f"more than {MAX_DESCRIPTORS} descriptors at once")
+
+    def take_through(self, offset: int) -> list[tuple[int, list[int]]]:
+        """The batches of descriptors whose read ended at or before ``offset``, now the
+        caller's to close."""
+        with self._lock:
+            taken = [batch for batch in self._batches if batch[0] <= offset]
+            self._batches = [batch for batch in self._batches if batch[0] > offset]
+        return taken
+
+    def holds_any(self) -> bool:
+        with self._lock:
+            return bool(self._batches)
+
+    def discard(self) -> None:
+        """Close every descriptor received and not claimed."""
+        for _, fds in self.take_through(self.received):
+            _close_all(fds)
+
+    def sendall(self, data: bytes | memoryview, /) -> Any:
+        return self.sock.sendall(data)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def shutdown(self, how: int, /) -> None:
+        self.sock.shutdown(how)
+
+    def close(self) -> None:
+        self.discard()
+        self.sock.close()
+
+
+def reader_for(sock: socket.socket) -> socket.socket | DescriptorReader:
+    """What the agent reads ``sock`` through: a ``DescriptorReader`` on a Unix socket (so
+    that descriptors are never dropped unseen, before the token or after), else ``sock``."""
+    return DescriptorReader(sock) if sock.family == socket.AF_UNIX else sock
+
+
+def holds(stream: Any) -> bool:
+    """Whether descriptors came on ``stream`` and wait, unclaimed."""
+    reader = _reader(stream)
+    return reader is not None and reader.holds_any()
+
+
+def discard(stream: Any) -> None:
+    """Close every descriptor that came on ``stream`` and was not claimed."""
+    reader = _reader(stream)
+    if reader is not None:
+        reader.discard()
+
+
+def _reader(stream: Any) -> DescriptorReader | None:
+    """The ``DescriptorReader`` under ``stream`` (itself, or a ``ReadAhead``'s socket)."""
+    for candidate in (stream, getattr(stream, "sock", None)):
+        if isinstance(candidate, DescriptorReader):
+            return candidate
+    return None
+
+
+def position(stream: Any) -> int:
+    """How many bytes of ``stream`` the frame parser has consumed (0 without a reader)."""
+    reader = _reader(stream)
+    if reader is None:
+        return 0
+    unread = getattr(stream, "unread", None)
+    return reader.received - (unread() if unread is not None else 0)
+
+
+def described(sizes: list[int]) -> bool:
+    """Whether a size table says any buffer comes as a descriptor (pure)."""
+    return any(size & DESCRIPTOR for size in sizes)
+
+
+def claim(stream: Any, start: int, sizes: list[int],
+          wrap: Callable[[int, int], Any]) -> list[Any]:
+    """For the frame whose head was read from ``start`` up to here, with size table ``sizes``:
+    each buffer that comes as a descriptor, checked and given to ``wrap(fd, size)`` (which owns
+    the descriptor from then on: ``relay.Arriving.of_memfd``), None for each whose bytes
+    follow. ``ProtocolError`` (every descriptor taken closed) for descriptors out of place,
+    missing or too many, or one that is not a sealed memfd of its size."""
+    reader = _reader(stream)
+    wanted = [size & ~DESCRIPTOR for size in sizes if size & DESCRIPTOR]
+    if reader is None:
+        if wanted:
+            raise protocol.ProtocolError("descriptors declared on a connection without them")
+        return [None] * len(sizes)
+    batches = reader.take_through(position(stream))
+    fds = [fd for _, batch in batches for fd in batch]
+    try:
+        if any(end <= start for end, _ in batches):
+            raise protocol.ProtocolError("descriptors sent outside a frame's head")
+        if len(fds) != len(wanted) or len(wanted) > MAX_DESCRIPTORS:
+            raise protocol.ProtocolError(
+                f"a frame declares {len(wanted)} descriptors and came with {len(fds)}")
+        for fd, size in zip(fds, wanted, strict=True):
+            check(fd, size)
+    except BaseException:
+        _close_all(fds)
+        raise
+    handed: list[Any] = []
+    try:
+        for at, (fd, size) in enumerate(zip(fds, wanted, strict=True)):
+            handed.append(wrap(fd, size))
+    except BaseException:
+        _close_all(fds[at + 1:])
+        raise
+    each = iter(handed)
+    return [next(each) if size & DESCRIPTOR else None for size in sizes]
+
+
+def check(fd: int, size: int) -> None:
+    """``ProtocolError`` unless ``fd`` is a memfd of ``size`` bytes sealed against writing and
+    shrinking (so what the agent and its workers map can neither change nor vanish)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise protocol.ProtocolError("a handed-over buffer is not a memfd")
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError as exc:
+        raise protocol.ProtocolError("a handed-over buffer is not a sealable memfd") from exc
+    if not seals & _NO_WRITE or not seals & fcntl.F_SEAL_SHRINK:
+        raise protocol.ProtocolError("a handed-over memfd is not sealed against writes")
+    if info.st_size != size or size < DESCRIPTOR_MIN:
+        raise protocol.ProtocolError(
+            f"a handed-over memfd holds {info.st_size} bytes, its frame says {size}")
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
