@@ -29,9 +29,11 @@ pytestmark = pytest.mark.chaos
 CHILD = Path(__file__).with_name("warm_child.py")
 
 
-def open_pool(nodes: int, keep_warm: float, mark: str = "a") -> dict[str, str]:
-    """Run one client process that opens a pool and leaves it; what it printed, by key."""
-    done = subprocess.run([sys.executable, str(CHILD), str(nodes), str(keep_warm), mark],
+def open_pool(nodes: int, keep_warm: float, mark: str = "a", ttl: int = 20) -> dict[str, str]:
+    """Run one client process that opens a pool (of ``ttl``) and leaves it; what it printed,
+    by key."""
+    done = subprocess.run([sys.executable, str(CHILD), str(nodes), str(keep_warm), mark,
+                           str(ttl)],
                           check=False, cwd=ROOT, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -207,12 +209,16 @@ def test_an_unclaimed_warm_pool_is_destroyed_when_keep_warm_runs_out() -> None:
 
 
 def test_a_dead_keepers_nodes_stop_after_ttl_and_gc_empties_the_stack() -> None:
-    first = open_pool(1, keep_warm=600, mark="orphan")
+    ttl = 6  # what the test waits out once the keeper is dead (the other tests' pools: 20)
+    first = open_pool(1, keep_warm=600, mark="orphan", ttl=ttl)
     stack = first["STACK"]
     wait(lambda: _key_of(stack) is not None, 30, "the keeper never listed itself")
+    # Killed once it has tagged the stack warm (for 600 s): gc must not wait for that tag.
+    wait(lambda: "warm_until" in ClusterStack.select(stack).tags(), 30,
+         "the keeper never tagged the stack warm")
     entries = [entry for _, entry in warm.listed(_key_of(stack) or "") if entry["stack"] == stack]
     os.kill(entries[0]["pid"], signal.SIGKILL)
-    wait_until_gone(stack, 20 + 30)  # ttl 20: the nodes stop themselves
+    wait_until_gone(stack, ttl + 30)  # the nodes stop themselves, a ttl after the last beat
     done = skyward_iac("gc")
     assert done.returncode == 0, done.stderr
     assert ClusterStack.select(stack).resource_count() == 0

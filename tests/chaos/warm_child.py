@@ -1,6 +1,6 @@
 """A client process for the warm-pool tests: opens a Local pool, reports, and leaves.
 
-Usage: python warm_child.py NODES KEEP_WARM [ENV_VALUE]. Prints ``STACK <name>``,
+Usage: python warm_child.py NODES KEEP_WARM [ENV_VALUE [TTL]] (TTL: 20 unless given). Prints ``STACK <name>``,
 ``ADOPTED <bool>``, ``FIRST <seconds from Compute() to the first result>`` and ``PIDS <worker
 pids, one per node>`` on stdout, then leaves the block cleanly; ``UP <seconds>`` when the stack
 was destroyed at the end (its uptime as reported).
@@ -28,8 +28,9 @@ def bump() -> int:
 def main() -> None:
     nodes, keep_warm = int(sys.argv[1]), float(sys.argv[2])
     env = {"MARK": sys.argv[3]} if len(sys.argv) > 3 else {}
+    ttl = int(sys.argv[4]) if len(sys.argv) > 4 else 20
     started = time.monotonic()
-    compute = sky.Compute(provider=sky.Local(), nodes=nodes, ttl=20, image=sky.Image(env=env),
+    compute = sky.Compute(provider=sky.Local(), nodes=nodes, ttl=ttl, image=sky.Image(env=env),
                           options=sky.Options(keep_warm=keep_warm, console=False,
                                               gc_on_start=False))
     compute.on(sky.ClusterDestroyed, lambda e: print(f"UP {e.uptime:.3f}", flush=True))

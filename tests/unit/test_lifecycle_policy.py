@@ -18,7 +18,13 @@ from skyward_iac.infra.stacks.gc import (
     owner_state,
     prune_reason,
 )
-from skyward_iac.infra.stacks.tags import StackRecord, decode_tags, encode_tags, process_started
+from skyward_iac.infra.stacks.tags import (
+    ProcessId,
+    StackRecord,
+    decode_tags,
+    encode_tags,
+    process_started,
+)
 from skyward_iac.node.watchdog import beat_state
 from skyward_iac.orchestration.compute import ending
 
@@ -117,9 +123,18 @@ def test_a_warm_pool_is_left_to_its_keeper_until_its_warm_time_is_over() -> None
     tags = {"created_at": expired, "expires_at": expired, "host": "here", "pid": "1",
             "owner": "me@here"}
     later, earlier = "2026-11-22T13:00:00+00:00", "2026-11-22T11:30:00+00:00"
-    look = Look(NOW, "here", lambda pid, started: False)
-    assert collect_reason(StackRecord("s", {**tags, "warm_until": later}, 3), look) is None
-    assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), look) is not None
+    keeper = ProcessId("here", "", 77, "9")
+    keeping = Look(NOW, "here", lambda pid, started: pid == 77, holders=lambda name: [keeper])
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": later}, 3), keeping) is None
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), keeping) is None
+    # Its keeper's death ends the wait: nothing of this machine keeps it any more (the
+    # keeper killed right after it tagged the stack warm left it until warm_until).
+    gone = Look(NOW, "here", lambda pid, started: False, holders=lambda name: [keeper])
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": later}, 3), gone) is not None
+    assert collect_reason(StackRecord("s", {**tags, "warm_until": earlier}, 3), gone) is not None
+    # Another machine's warm pool: left alone until its warm time (with the clocks' slack).
+    elsewhere = {**tags, "host": "there"}
+    assert collect_reason(StackRecord("s", {**elsewhere, "warm_until": later}, 3), gone) is None
 
 
 def test_orphan_sandboxes_are_those_of_this_backend_without_a_stack(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ comparing two machines' clocks (``api/deadlines.py``):
   lease on this machine's monotonic clock, or, at a first look, ended more than
   ``MAX_CLOCK_SKEW`` ago).
 
-A warm pool is left to its keeper until ``warm_until``. The clusters of ``stacks/`` (run with
+A warm pool is left to its keeper until ``warm_until``, unless its keeper was a process of this
+machine and is gone. The clusters of ``stacks/`` (run with
 the pulumi CLI, no owner or lease) are listed as skipped, never collected. Stacks without a lease (``ttl=0``, or
 from before leases) keep the older rule: expired, and the owner gone. Who the owner is and
 whether its lease holds is ``owners.py``'s judgement, the one ``down`` and every other destroyer
@@ -62,8 +63,11 @@ def collect_reason(record: StackRecord, look: Look) -> str | None:
         return None
     owner, state = tags.get("owner", "?"), owner_state(record, look)
     warm = tags.get(WARM_UNTIL)
-    if warm and not wall_passed(warm, look.now, same_clock=state != ELSEWHERE):
-        return None  # a keeper keeps it for the next equal pool (it destroys it itself)
+    # A keeper keeps it for the next equal pool (and destroys it itself); a keeper of this
+    # machine that is gone (none of its holders runs) keeps nothing: its nodes stop by ttl.
+    if warm and state != DEAD and not wall_passed(warm, look.now,
+                                                  same_clock=state != ELSEWHERE):
+        return None
     if state == RUNNING:
         return None
     expires = tags.get("expires_at", "never")
