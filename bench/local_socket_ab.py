@@ -1,12 +1,15 @@
-"""A Local node's two paths to the same agent, alternated: its Unix socket and its TLS data port.
+"""A Local node's paths to the same agent, alternated: its Unix socket (large buffers as memfds,
+or as bytes) and its TLS data port.
 
     .venv/bin/python bench/local_socket_ab.py [--rounds 6] [--calls 500]
 
-One real 1-node Local pool (numpy on the node); two ``AgentClient``s of this process reach its
-agent at once, one over the local socket (remote/data_port.py ``connect_local``) and one over
-the TLS data port (``connect``, the stack's server pair as a client certificate, as the tests
-do). Each round gives each path, in turn (the order flips every round, so load from elsewhere
-hits both alike), ``--calls`` sequential no-op round trips and one call carrying a fresh
+One real 1-node Local pool (numpy on the node); three ``AgentClient``s of this process reach its
+agent at once: two over the local socket (remote/data_port.py ``connect_local``), one handing
+large buffers over as sealed memfds (remote/fd_channel.py), one made with
+``SKYWARD_LOCAL_DESCRIPTORS=0`` (their bytes through the socket, as before), and one over the
+TLS data port (``connect``, the stack's server pair as a client certificate, as the tests do).
+Each round gives each path, in turn (the order rotates every round, so load from elsewhere
+hits all alike), ``--calls`` sequential no-op round trips and one call carrying a fresh
 100 MiB float64 array (its sum checked). Printed per path: the median of the rounds' p50, the
 client process's CPU per no-op call (``time.process_time``, every thread of this process) and
 the 100 MiB figure in MB/s (MB = 2**20 bytes), with each round's values, and the load average.
@@ -29,7 +32,7 @@ import numpy as np
 
 import skyward_iac as sky
 from skyward_iac.node import protocol
-from skyward_iac.remote import data_port
+from skyward_iac.remote import data_port, fd_channel
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.bootstrap import LOCAL_SOCKET_FILE
 
@@ -58,7 +61,14 @@ def clients(pool: Any) -> dict[str, AgentClient]:
     local = data_port.connect_local(workdir / LOCAL_SOCKET_FILE)
     remote = data_port.connect(node.address.public_address, port,
                                data_port.client_context(certificate))
-    return {"local socket": AgentClient(local, token, 0), "TLS": AgentClient(remote, token, 0)}
+    handing = AgentClient(local, token, 0)
+    os.environ[fd_channel.ENABLED_ENV] = "0"  # read as the client is made
+    try:
+        as_bytes = AgentClient(data_port.connect_local(workdir / LOCAL_SOCKET_FILE), token, 0)
+    finally:
+        del os.environ[fd_channel.ENABLED_ENV]
+    return {"local socket, memfds": handing, "local socket, bytes": as_bytes,
+            "TLS": AgentClient(remote, token, 0)}
 
 
 def one_round(client: AgentClient, calls: int, serial: int) -> tuple[float, float, float]:
@@ -98,7 +108,8 @@ def main() -> None:
             results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in paths}
             serial = 0
             for turn in range(args.rounds):
-                for name in (list(paths) if turn % 2 == 0 else list(paths)[::-1]):
+                names = list(paths)
+                for name in names[turn % len(names):] + names[:turn % len(names)]:
                     results[name].append(one_round(paths[name], args.calls, serial))
                     serial += 1
         finally:

@@ -79,13 +79,17 @@ class DescriptorReader:
         return n
 
     def _took(self, n: int, ancillary: list[tuple[int, int, bytes]], flags: int) -> None:
+        self.received += n  # only the connection's one reading thread reads
+        if ancillary or flags & socket.MSG_CTRUNC:
+            self._keep(ancillary, flags)
+
+    def _keep(self, ancillary: list[tuple[int, int, bytes]], flags: int) -> None:
         fds = array.array("i")
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-        with self._lock:
-            self.received += n
-            if fds:
+        if fds:
+            with self._lock:
                 self._batches.append((self.received, list(fds)))
         if flags & socket.MSG_CTRUNC:
             raise protocol.ProtocolError(f"more than {MAX_DESCRIPTORS} descriptors at once")
