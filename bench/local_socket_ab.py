@@ -1,7 +1,7 @@
 """A Local node's paths to the same agent, alternated: its Unix socket (large buffers as memfds,
 or as bytes) and its TLS data port.
 
-    .venv/bin/python bench/local_socket_ab.py [--rounds 6] [--calls 500]
+    .venv/bin/python bench/local_socket_ab.py [--rounds 6] [--calls 500] [--no-tls]
 
 One real 1-node Local pool (numpy on the node); three ``AgentClient``s of this process reach its
 agent at once: two over the local socket (remote/data_port.py ``connect_local``), one handing
@@ -12,7 +12,9 @@ Each round gives each path, in turn (the order rotates every round, so load from
 hits all alike), ``--calls`` sequential no-op round trips and one call carrying a fresh
 100 MiB float64 array (its sum checked). Printed per path: the median of the rounds' p50, the
 client process's CPU per no-op call (``time.process_time``, every thread of this process) and
-the 100 MiB figure in MB/s (MB = 2**20 bytes), with each round's values, and the load average.
+the 100 MiB figure in MB/s (MB = 2**20 bytes), with each round's values, the CPU that call
+cost the client process, the agent and its workers (``/proc``, 10 ms ticks: medians), and the
+load average.
 """
 
 from __future__ import annotations
@@ -71,9 +73,35 @@ def clients(pool: Any) -> dict[str, AgentClient]:
             "TLS": AgentClient(remote, token, 0)}
 
 
-def one_round(client: AgentClient, calls: int, serial: int) -> tuple[float, float, float]:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``pid`` and of all its descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def own(process: int) -> float:
+        fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    def children(process: int) -> list[int]:
+        found = []
+        for task in Path(f"/proc/{process}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+        return found
+
+    todo, below = children(pid), 0.0
+    while todo:
+        process = todo.pop()
+        try:
+            below += own(process)
+            todo += children(process)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return own(pid), below
+
+
+def one_round(client: AgentClient, calls: int, serial: int,
+              agent: int) -> tuple[float, float, float, float, float, float]:
     """p50 (ms) and client CPU per call (µs) of ``calls`` no-ops, then one fresh 100 MiB
-    call's MB/s."""
+    call's MB/s and the CPU (ms) it cost this process, the agent and its workers."""
     walls = []
     cpu = time.process_time()
     for i in range(calls):
@@ -84,43 +112,57 @@ def one_round(client: AgentClient, calls: int, serial: int) -> tuple[float, floa
     count = 100 * MIB // 8
     array = np.arange(serial * count, (serial + 1) * count, dtype=np.float64)
     expected = float(array.sum())
+    cpu, (agent_cpu, workers_cpu) = time.process_time(), cpu_seconds(agent)
     began = time.perf_counter()
     payload, buffers = protocol.dumps_with_buffers((total, (array,), {}))
     got = client.submit("total", payload, 120, buffers).result(120)
     rate = array.nbytes / MIB / (time.perf_counter() - began)
+    client_ms = (time.process_time() - cpu) * 1e3
+    agent_after, workers_after = cpu_seconds(agent)
     assert got == expected, "a wrong sum"
-    return statistics.median(walls) * 1e3, cpu_us, rate
+    return (statistics.median(walls) * 1e3, cpu_us, rate, client_ms,
+            (agent_after - agent_cpu) * 1e3, (workers_after - workers_cpu) * 1e3)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--no-tls", action="store_true",
+                        help="the two local-socket paths alone (each then follows the other)")
     args = parser.parse_args()
     image = sky.Image(pip=("--offline", "numpy==2.4.6"))  # as bench/systems.py's pools
     with sky.Compute(provider=sky.Local(), nodes=1, image=image,
                      options=sky.Options(console=False)) as pool:
         paths = clients(pool)
+        if args.no_tls:
+            paths.pop("TLS").close()
+        agent = int((Path(pool.nodes[0].address.workdir) / "run" / "agent.pid").read_text())
         try:
-            for client in paths.values():  # warm-up
+            for client in paths.values():  # warm-up, numpy imported by the workers included
                 for i in range(200):
                     client.submit("noop", protocol.dumps((noop, (i,), {})), timeout=60).result(60)
-            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in paths}
+                for _ in range(3):
+                    small = protocol.dumps_with_buffers((total, (np.ones(MIB),), {}))
+                    assert client.submit("total", *small[:1], 60, small[1]).result(60) == MIB
+            results: dict[str, list[tuple[float, ...]]] = {name: [] for name in paths}
             serial = 0
             for turn in range(args.rounds):
                 names = list(paths)
                 for name in names[turn % len(names):] + names[:turn % len(names)]:
-                    results[name].append(one_round(paths[name], args.calls, serial))
+                    results[name].append(one_round(paths[name], args.calls, serial, agent))
                     serial += 1
         finally:
             for client in paths.values():
                 client.close()
     for name, rounds in results.items():
-        p50s, cpus, rates = zip(*rounds, strict=True)
+        p50s, cpus, rates, client_ms, agent_ms, workers_ms = zip(*rounds, strict=True)
         print(f"{name}: p50 {statistics.median(p50s):.3f} ms "
               f"({' '.join(f'{x:.3f}' for x in p50s)}), client CPU "
               f"{statistics.median(cpus):.0f} µs/call, 100 MiB {statistics.median(rates):.0f} "
-              f"MB/s ({' '.join(f'{x:.0f}' for x in rates)})")
+              f"MB/s ({' '.join(f'{x:.0f}' for x in rates)}), its CPU: client "
+              f"{statistics.median(client_ms):.0f} ms, agent {statistics.median(agent_ms):.0f} ms, "
+              f"workers {statistics.median(workers_ms):.0f} ms")
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
