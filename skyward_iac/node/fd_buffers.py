@@ -19,6 +19,12 @@ each must be a memfd of the declared size sealed against writes (``F_SEAL_WRITE`
 ones, too many, a pipe, an unsealed or wrong-sized memfd) is a ``ProtocolError``: the
 connection is closed, and every descriptor received on it is closed with it.
 
+What the seals guarantee: nobody can write the memfd, shrink it or (from our client) grow it
+any more, so what a worker maps stays as it was sent. With ``F_SEAL_FUTURE_WRITE`` alone (which
+the agent accepts, as it uses it itself) a writable mapping the sender made before sealing could
+still write: only a process of the agent's own user holding the token can send one, and such a
+process could change the agent's memory anyway (``ptrace``).
+
 Only the local socket carries descriptors, and a client sends them only to an agent whose
 ``Welcome`` says it takes them (``Welcome.descriptors``): an older agent, or any TLS or SSH
 connection, gets bytes as before, and an entry with ``DESCRIPTOR`` set on those is refused.
