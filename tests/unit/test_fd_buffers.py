@@ -94,6 +94,19 @@ def test_an_argument_of_any_size_arrives_right(agent: Agent, size: int) -> None:
     assert handed == (1 if size >= fd_buffers.DESCRIPTOR_MIN else 0)
 
 
+def test_a_client_that_sends_bytes_is_served_as_before(agent: Agent,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # As an older client would, or one with SKYWARD_LOCAL_DESCRIPTORS=0: bytes through the socket.
+    monkeypatch.setenv(fd_channel.ENABLED_ENV, "0")
+    data = np.random.default_rng(3).integers(0, 255, 4 * MIB, dtype=np.uint8)
+    client = _client(agent)
+    try:
+        assert type(client._channel) is protocol.Channel
+        assert _submit(client, _probe, data) == ([zlib.crc32(data)], 0)
+    finally:
+        client.close()
+
+
 def test_several_large_arguments_in_one_call_and_kept_ones_reused(agent: Agent) -> None:
     arrays = [np.full(4 * MIB + i, i, dtype=np.uint8) for i in range(3)]
     small = np.arange(1000, dtype=np.uint8)
