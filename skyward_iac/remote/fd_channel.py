@@ -31,7 +31,7 @@ _WAIT_SLICE = 0.5
 
 def enabled() -> bool:
     """Whether large buffers may go as descriptors (``SKYWARD_LOCAL_DESCRIPTORS`` not ``0``)."""
-    return os.environ.get(ENABLED_ENV, "1").strip() not in ("0", "false", "no", "off")
+    return os.environ.get(ENABLED_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def channel(stream: Any, welcome: Any, writer: Any = None) -> protocol.Channel:
