@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from skyward_iac.api.errors import CollectionError
 from skyward_iac.api.spec import Spec
+from skyward_iac.api.switches import switched_on
 from skyward_iac.collections import Backend, BackendConfig, connect
 from skyward_iac.collections.unix_endpoint import UNIX_PREFIX
 from skyward_iac.infra.stacks.home import skyward_home
@@ -92,7 +93,7 @@ def node_config(outputs: ClusterOutputs, job_id: str, ready_timeout: float = HEA
 
 def etcd_socket_wanted(environ: Mapping[str, str]) -> bool:
     """Whether a Local pool's tasks may use the head's etcd socket (``ETCD_SOCKET_ENV``)."""
-    return environ.get(ETCD_SOCKET_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ETCD_SOCKET_ENV, environ)
 
 
 #: How often the client pings the head's etcd while the pool lives: a dead etcd is noticed

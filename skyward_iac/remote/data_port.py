@@ -26,6 +26,7 @@ from typing import Any
 
 import fabric
 
+from skyward_iac.api.switches import switched_on
 from skyward_iac.collections.pki import SERVER_NAME, IssuedCertificate
 from skyward_iac.node import local_socket
 from skyward_iac.outputs import ClusterOutputs, NodeAddress
@@ -92,7 +93,7 @@ def connect_local(path: Path, timeout: float = CONNECT_TIMEOUT) -> socket.socket
 
 def local_socket_wanted(environ: Mapping[str, str]) -> bool:
     """Whether a Local node's local socket may be used (``LOCAL_SOCKET_ENV`` not set off)."""
-    return environ.get(LOCAL_SOCKET_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(LOCAL_SOCKET_ENV, environ)
 
 
 def local_socket_of(workdir: str, plan: DataPortPlan | None) -> Path | None:
