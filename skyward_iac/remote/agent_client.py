@@ -28,7 +28,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from skyward_iac.node.protocol import ByteStream
 from skyward_iac.remote import fd_channel, shared_buffers
 from skyward_iac.remote.callback_lanes import Lane, call_back, done_on_loop, quiet_on_loop
 from skyward_iac.remote.deadlines import Deadlines
-from skyward_iac.remote.outcomes import outcome_of
+from skyward_iac.remote.outcomes import fail, outcome_of, settle
 from skyward_iac.remote.pacing import Pace
 from skyward_iac.remote.wire_loop import Reading, wire_loop
 from skyward_iac.remote.wire_streams import wire_stream
@@ -327,28 +327,31 @@ class AgentClient:
         # A short task's Started travels as its Result: tell ``on_started`` first, as it came.
         announce = None if entry.started else self.on_started
         entry.started = True
-        condition = getattr(entry.future, "_condition", None)
-        if (self._lane.idle and result.failure is None and len(result.value or b"") <= INLINE_MAX
-                and condition is not None):
+        future = entry.future
+        condition = getattr(future, "_condition", None)
+        if (self._lane.idle and result.failure is None and condition is not None
+                and (result.value is None or len(result.value) <= INLINE_MAX)):
             # The round trip's fast path: nothing of this connection is queued before it, so
             # the waiter is woken from here; the future's done-callbacks (``_done_callbacks``,
             # CPython's, taken under its ``_condition`` so none is added meanwhile) run on the
             # lane. ``on_started`` runs here when there are none (see its attribute): a
-            # hand-off per task cost 10-20% of a round trip.
+            # hand-off per task cost 10-20% of a round trip. The value is rebuilt before the
+            # condition is taken (the caller may be adding a callback meanwhile).
+            value, error = outcome_of(result, entry.name, self.node)
             with condition:
-                if entry.future.done():
+                if future.done():
                     return True  # cancelled by its caller: its callbacks ran already
-                callbacks = entry.future._done_callbacks  # type: ignore[attr-defined]
-                entry.future._done_callbacks = []  # type: ignore[attr-defined]
+                callbacks = future._done_callbacks  # type: ignore[attr-defined]
+                future._done_callbacks = []  # type: ignore[attr-defined]
                 if announce is not None and not all(map(quiet_on_loop, callbacks)):
                     self._lane.run(announce, self.node, entry)
                 elif announce is not None:
                     announce(self.node, entry)
-                succeeded = self._resolve(entry, result)
+                succeeded = settle(future, value, error)
             if callbacks:
-                rest = done_on_loop(entry.future, callbacks) if succeeded else callbacks
+                rest = done_on_loop(future, callbacks) if succeeded else callbacks
                 if rest:
-                    self._lane.run(call_back, entry.future, rest)
+                    self._lane.run(call_back, future, rest)
             return True
         if announce is not None:
             self._lane.run(announce, self.node, entry)
@@ -363,20 +366,10 @@ class AgentClient:
         else:
             self._on_output(self.node, message.stream, message.text)
 
-    def _resolve(self, entry: Submission, result: Result) -> bool:
-        """Resolve ``entry``'s future with ``result``; True when it succeeded."""
-        future, name = entry.future, entry.name
-        if future.done():
-            return False  # cancelled by its caller
-        value, outcome = outcome_of(result, name, self.node)
-        try:
-            if outcome is None:
-                future.set_result(value)
-                return True
-            future.set_exception(outcome)
-        except InvalidStateError:
-            pass  # cancelled meanwhile
-        return False
+    def _resolve(self, entry: Submission, result: Result) -> None:
+        """Resolve ``entry``'s future with ``result`` (unless its caller cancelled it)."""
+        if not entry.future.done():
+            settle(entry.future, *outcome_of(result, entry.name, self.node))
 
     def _started(self, submission: Submission) -> None:
         """On the loop: mark ``submission`` started; ``on_started`` is told on the lane."""
@@ -385,16 +378,3 @@ class AgentClient:
             if self.on_started is not None:
                 self._lane.run(self.on_started, self.node, submission)
 
-
-def fail(submissions: list[Submission], error: BaseException) -> None:
-    """Resolve every unfinished future of ``submissions`` with ``error`` (cancelled and
-    finished ones are left as they are). A task that was sent is given the time since then
-    as its duration (on this client's clock), so its failure says how long it was out."""
-    now = time.monotonic()
-    for submission in submissions:
-        if submission.duration is None and submission.sent_at and not submission.future.done():
-            submission.duration = now - submission.sent_at
-        try:
-            submission.future.set_exception(error)
-        except InvalidStateError:
-            pass  # already done or cancelled

@@ -22,6 +22,7 @@ import select
 import socket
 from typing import Any
 
+from skyward_iac.api.switches import switched_on
 from skyward_iac.node import fd_buffers, protocol
 
 ENABLED_ENV = "SKYWARD_LOCAL_DESCRIPTORS"
@@ -31,7 +32,7 @@ _WAIT_SLICE = 0.5
 
 def enabled() -> bool:
     """Whether large buffers may go as descriptors (``SKYWARD_LOCAL_DESCRIPTORS`` not ``0``)."""
-    return os.environ.get(ENABLED_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENABLED_ENV)
 
 
 def channel(stream: Any, welcome: Any, writer: Any = None) -> protocol.Channel:
@@ -51,6 +52,9 @@ class DescriptorChannel(protocol.Channel):
         self.sock = sock
 
     def _write(self, frames: list[Any]) -> None:
+        if len(frames) < 4:  # no out-of-band buffer (header, payload): the round trip's case
+            super()._write(frames)
+            return
         head, rest, fds = as_descriptors(frames)
         if not fds:
             super()._write(frames)

@@ -1,12 +1,18 @@
-"""What a node's ``Result`` becomes for the caller: the task's value, or the exception."""
+"""What a node's ``Result`` becomes for the caller: the task's value, or the exception; and
+the future that waits for it resolved."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from concurrent.futures import Future, InvalidStateError
+from typing import TYPE_CHECKING, Any
 
 from skyward_iac.api.errors import RemoteError, SkywardError
 from skyward_iac.node import protocol
 from skyward_iac.node.messages import Failure, Result
+
+if TYPE_CHECKING:
+    from skyward_iac.remote.agent_client import Submission
 
 
 def outcome_of(result: Result, name: str, node: int) -> tuple[Any, BaseException | None]:
@@ -46,3 +52,30 @@ def rebuild_exception(failure: Failure, node: int) -> Exception:
     except AttributeError:
         pass
     return exc
+
+
+def settle(future: Future[Any], value: Any, error: BaseException | None) -> bool:
+    """Resolve ``future`` with ``value`` or ``error`` (an ``outcome_of``); True when it
+    succeeded (False too when it was done already: cancelled by its caller)."""
+    try:
+        if error is None:
+            future.set_result(value)
+            return True
+        future.set_exception(error)
+    except InvalidStateError:
+        pass  # cancelled meanwhile
+    return False
+
+
+def fail(submissions: list[Submission], error: BaseException) -> None:
+    """Resolve every unfinished future of ``submissions`` with ``error`` (cancelled and
+    finished ones are left as they are). A task that was sent is given the time since then
+    as its duration (on this client's clock), so its failure says how long it was out."""
+    now = time.monotonic()
+    for submission in submissions:
+        if submission.duration is None and submission.sent_at and not submission.future.done():
+            submission.duration = now - submission.sent_at
+        try:
+            submission.future.set_exception(error)
+        except InvalidStateError:
+            pass  # already done or cancelled

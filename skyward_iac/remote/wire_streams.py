@@ -8,7 +8,7 @@ than wait:
 - a plain socket (tests, the fleet simulator): made non-blocking; ``sendall`` writes what the
   kernel takes and waits for writability (``poll``: no fd-number limit) for the rest.
 - an ``ssl.SSLSocket`` (the data port, remote/data_port.py): the same, and one lock per
-  connection is held around every SSL read and write, because an SSL object must not be used by
+  connection (a plain socket needs none) is held around every SSL read and write, because an SSL object must not be used by
   two threads at once. The lock is never held while waiting, so a send stalled by a slow peer
   does not hold up the loop. (A ``MemoryBIO`` would also work, but would redo in Python the
   socket I/O the ``SSLSocket`` the data port hands over already does.)
@@ -29,6 +29,8 @@ from skyward_iac.node.read_ahead import close_socket
 
 #: A TLS write of at most this much at a time (retried whole after a would-block).
 _SEND_CHUNK = 1 << 20
+_WOULD_BLOCK_WRITE = (ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
+_WOULD_BLOCK = (*_WOULD_BLOCK_WRITE, ssl.SSLWantReadError)
 #: Seconds between checks that a connection waited on for writing is still open.
 _WAIT_SLICE = 0.5
 
@@ -52,6 +54,8 @@ class WireStream(Protocol):
 def wire_stream(stream: Any) -> WireStream | None:
     """``stream`` adapted for the wire loop; None for one it cannot watch (no file descriptor:
     a test double), which the client then reads from a thread of its own."""
+    if isinstance(stream, ssl.SSLSocket):
+        return TlsStream(stream)
     if isinstance(stream, socket.socket):
         return SocketStream(stream)
     if hasattr(stream, "recv_ready") and hasattr(stream, "fileno"):
@@ -60,15 +64,13 @@ def wire_stream(stream: Any) -> WireStream | None:
 
 
 class SocketStream:
-    """A plain or TLS socket, non-blocking from now on (see the module doc)."""
+    """A plain socket, non-blocking from now on (see the module doc): the loop reads it while
+    callers write to it, which a socket allows without a lock."""
 
     close_may_wait = False
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._tls = isinstance(sock, ssl.SSLSocket)
-        #: Held around every SSL call on this connection (an SSL object is not thread-safe).
-        self._lock = threading.Lock()
         sock.setblocking(False)
 
     def fileno(self) -> int:
@@ -76,32 +78,38 @@ class SocketStream:
 
     def recv_into(self, view: memoryview) -> int | None:
         try:
-            with self._lock:
-                return self.sock.recv_into(view, len(view))
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            return self.sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
             return None
-        except ssl.SSLZeroReturnError:
-            return 0
 
     def buffered(self) -> bool:
-        if not self._tls:
-            return False
-        with self._lock:
-            return self.sock.pending() > 0  # type: ignore[attr-defined]
+        return False
 
     def sendall(self, data: Any) -> None:
+        if type(data) is bytes and len(data) <= _SEND_CHUNK:
+            # The common case (a small frame, joined with its header): taken whole at once.
+            try:
+                sent = self._send_now(data)
+            except _WOULD_BLOCK:
+                sent = 0  # written below, as any other
+            if sent == len(data):
+                return
+            data = memoryview(data)[sent:]
         view = data if isinstance(data, memoryview) else memoryview(data)
         view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
         while view:
             view = view[self._send(view[:_SEND_CHUNK]):]
 
+    def _send_now(self, chunk: Any) -> int:
+        """Bytes of ``chunk`` the socket took, without waiting (would-block errors raised)."""
+        return self.sock.send(chunk)
+
     def _send(self, chunk: memoryview) -> int:
-        """Bytes of ``chunk`` written, waiting (lock released) while the peer is not reading."""
+        """Bytes of ``chunk`` written, waiting while the peer is not reading."""
         while True:
             try:
-                with self._lock:
-                    return self.sock.send(chunk)
-            except (ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+                return self._send_now(chunk)
+            except _WOULD_BLOCK_WRITE:
                 event = select.POLLOUT
             except ssl.SSLWantReadError:  # TLS 1.3 housekeeping: the loop reads it meanwhile
                 event = select.POLLIN
@@ -117,6 +125,32 @@ class SocketStream:
 
     def close(self) -> None:
         close_socket(self.sock)
+
+
+class TlsStream(SocketStream):
+    """An ``ssl.SSLSocket``: as a plain socket, with every SSL call under the connection's lock
+    (an SSL object is not thread-safe; the lock is never held while waiting)."""
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        super().__init__(sock)
+        self._lock = threading.Lock()
+
+    def recv_into(self, view: memoryview) -> int | None:
+        try:
+            with self._lock:
+                return self.sock.recv_into(view, len(view))
+        except _WOULD_BLOCK:
+            return None
+        except ssl.SSLZeroReturnError:
+            return 0
+
+    def buffered(self) -> bool:
+        with self._lock:
+            return self.sock.pending() > 0  # type: ignore[attr-defined]
+
+    def _send_now(self, chunk: Any) -> int:
+        with self._lock:
+            return self.sock.send(chunk)
 
 
 class ChannelStream:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import pickle
+import queue
 import random
 import socket
 import struct
@@ -25,8 +26,9 @@ from skyward_iac.node import data_port as node_port
 from skyward_iac.node import protocol
 from skyward_iac.node.frame_decoder import FrameDecoder
 from skyward_iac.node.messages import Batch, Result, Started, Task, Welcome
-from skyward_iac.remote import data_port
+from skyward_iac.remote import data_port, wire_loop
 from skyward_iac.remote.agent_client import AgentClient, Submission
+from skyward_iac.remote.wire_streams import wire_stream
 from tests.agent_process import TOKEN, running_agent
 
 WAIT = 60.0
@@ -86,6 +88,20 @@ def test_the_incremental_decoder_reads_what_the_blocking_reader_reads(chunk: str
     # In-band pickles compare the messages with their buffers' bytes.
     blocking = _blocking(data, frames)
     assert [pickle.dumps(m, 5) for m in decoded] == [pickle.dumps(m, 5) for m in blocking]
+
+
+def test_small_frames_whole_in_one_read_or_split_after_their_header_are_read_alike() -> None:
+    """The decoder takes whole plain frames from a read at once; a read that ends right after
+    a header (the payload comes next, nothing staged) must not be taken for the next header."""
+    messages = [Result(i, protocol.dumps(i * "v")) for i in range(1, 40)] + [Started(99)]
+    data = _wire(*messages)
+    assert [pickle.dumps(m, 5) for m in _decode(data, iter(lambda: len(data), None))] == \
+        [pickle.dumps(m, 5) for m in messages]
+    # Payloads that begin like a header (as no pickle does), each read after its header.
+    payloads = [protocol.HEADER.pack(0, protocol.PICKLED) + bytes([i]) * i for i in range(1, 9)]
+    data = b"".join(protocol.HEADER.pack(len(p), protocol.PICKLED) + p for p in payloads)
+    sizes = [n for p in payloads for n in (protocol.HEADER.size, len(p))]
+    assert [bytes(payload) for _, payload, _ in _frames(data, iter(sizes))] == payloads
 
 
 def test_a_large_buffer_is_read_into_its_own_lazily_mapped_buffer() -> None:
@@ -294,3 +310,56 @@ def test_a_blocking_done_callback_runs_off_the_loop_and_holds_up_no_one() -> Non
         second.close()
         for _, peer in pairs:
             peer.close()
+
+
+@pytest.mark.parametrize("kind", ["epoll", "selectors"])
+def test_the_loop_serves_and_lets_go_of_connections_with_epoll_or_the_selectors_module(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux waits on ``select.epoll`` itself; elsewhere (macOS) the ``selectors`` module's
+    best: both serve a connection, let go of a detached one and of one closed under the loop
+    whose descriptor number another connection then has."""
+    if kind == "selectors":
+        monkeypatch.setattr(wire_loop, "readiness", wire_loop.SelectorPoll)
+    loop = wire_loop.WireLoop()  # a loop of its own (a daemon thread left waiting)
+    got: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def served(sock: socket.socket, name: str) -> wire_loop.Reading:
+        reading = wire_loop.Reading(
+            wire_stream(sock),  # type: ignore[arg-type]
+            lambda frames: [got.put((name, protocol.message_of(*f))) for f in frames],
+            lambda exc: got.put((name, exc)))
+        loop.register(reading)
+        return reading
+
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        first, second = served(pairs[0][0], "first"), served(pairs[1][0], "second")
+        for name, (_, peer) in zip(["first", "second"], pairs, strict=False):
+            peer.sendall(_wire(Started(len(name))))
+            assert got.get(timeout=WAIT) == (name, Started(len(name)))
+        loop.detach(first.stream)
+        if kind == "epoll":
+            # Closed under the loop, its number reused (the lowest free one: both ends are
+            # tried): letting go of the old connection spares the new one.
+            fd = second.fd
+            pairs[1][0].close()
+            pairs[1] = socket.socketpair()
+            if pairs[1][1].fileno() == fd:
+                pairs[1] = (pairs[1][1], pairs[1][0])
+            assert pairs[1][0].fileno() == fd
+            third = served(pairs[1][0], "third")
+            loop.detach(second.stream)
+        else:
+            third = served(pairs[2][0], "third")
+            pairs[1][1].close()
+            name, ended = got.get(timeout=WAIT)
+            assert name == "second" and isinstance(ended, protocol.ConnectionClosed)
+        peer = pairs[1][1] if kind == "epoll" else pairs[2][1]
+        peer.sendall(_wire(Started(3)))
+        assert got.get(timeout=WAIT) == ("third", Started(3))
+        assert got.empty()  # nothing from the detached first
+        loop.detach(third.stream)
+    finally:
+        for left, right in pairs:
+            left.close()
+            right.close()
