@@ -206,26 +206,29 @@ def receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], No
 
     The caller must call that function before reading the next frame, and may hand the
     messages on meanwhile."""
-    messages, rest, _ = _receive(channel)
+    messages, rest, _ = _receive(channel, fd_buffers.reader_of(channel.stream))
     return messages, rest
 
 
-def _receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], None] | None,
-                                                 list[bytes] | None]:
-    """As ``receive``, and the frame as received when it can be passed on as it is."""
-    start = fd_buffers.position(channel.stream)
-    kind, payload, sizes = read_ahead.read_frame_head(channel.stream)
+def _receive(channel: protocol.Channel, reader: fd_buffers.DescriptorReader | None
+             ) -> tuple[tuple[Any, ...], Callable[[], None] | None, list[bytes] | None]:
+    """As ``receive`` (``reader``: ``fd_buffers.reader_of(channel.stream)``), and the frame as
+    received when it can be passed on as it is."""
+    stream = channel.stream
+    start = fd_buffers.position(stream, reader)
+    kind, payload, sizes = read_ahead.read_frame_head(stream)
     if kind == protocol.RAW:
         raise protocol.ProtocolError("unexpected raw frame after the handshake")
-    handed = fd_buffers.claim(channel.stream, start, sizes, Arriving.of_memfd)
-    if any(buffer is not None for buffer in handed):  # no byte of theirs follows
-        buffers = [buffer if buffer is not None else protocol.recv_buffer(channel.stream, size)
+    handed = fd_buffers.claim(reader, stream, start, sizes, Arriving.of_memfd)
+    if handed is not None:  # no byte of theirs follows
+        buffers = [buffer if buffer is not None else protocol.recv_buffer(stream, size)
                    for buffer, size in zip(handed, sizes, strict=True)]
         return protocol.unbatch(pickle.loads(payload, buffers=buffers)), None, None
+    if not sizes:  # the usual small frame (tasks, a cancel): nothing follows its head
+        return protocol.unbatch(pickle.loads(payload)), None, _passable(kind, payload)
     if not relayed(sizes):
-        buffers = [protocol.recv_buffer(channel.stream, size) for size in sizes]
-        messages = protocol.unbatch(pickle.loads(payload, buffers=buffers))
-        return messages, None, _passable(kind, payload, sizes)
+        buffers = [protocol.recv_buffer(stream, size) for size in sizes]
+        return protocol.unbatch(pickle.loads(payload, buffers=buffers)), None, None
     arriving = [Arriving(size) for size in sizes]
     messages = protocol.unbatch(pickle.loads(payload, buffers=arriving))
 
@@ -240,9 +243,10 @@ def _receive(channel: protocol.Channel) -> tuple[tuple[Any, ...], Callable[[], N
     return messages, read_buffers, None
 
 
-def _passable(kind: int, payload: Any, sizes: Sequence[int]) -> list[bytes] | None:
-    """A frame as received, if it can be sent on as it is (no buffers, no lz4), else None."""
-    if kind != protocol.PICKLED or sizes:
+def _passable(kind: int, payload: Any) -> list[bytes] | None:
+    """A frame without buffers as received, if it can be sent on as it is (no lz4), else
+    None."""
+    if kind != protocol.PICKLED:
         return None
     return [protocol.HEADER.pack(len(payload), protocol.PICKLED), payload]
 
@@ -254,14 +258,21 @@ def receive_passable(channel: protocol.Channel) -> tuple[tuple[Any, ...], list[b
     kind, payload, sizes = read_ahead.read_frame_head(channel.stream)
     if kind == protocol.RAW:
         raise protocol.ProtocolError("unexpected raw frame after the handshake")
+    if not sizes:  # a result, output: the usual frame
+        return protocol.unbatch(pickle.loads(payload)), _passable(kind, payload)
     buffers = [protocol.recv_buffer(channel.stream, size) for size in sizes]
-    return protocol.unbatch(pickle.loads(payload, buffers=buffers)), _passable(kind, payload, sizes)
+    return protocol.unbatch(pickle.loads(payload, buffers=buffers)), None
 
 
 def one_route(deliveries: Sequence[tuple[Any, Any]], received: int) -> bool:
     """Whether all ``received`` messages of a frame go to one route (pure policy)."""
-    return (len(deliveries) == received > 0
-            and all(route is deliveries[0][0] for route, _ in deliveries))
+    if len(deliveries) != received or not received:
+        return False
+    first = deliveries[0][0]
+    for route, _ in deliveries:
+        if route is not first:
+            return False
+    return True
 
 
 def deliver(deliveries: Sequence[tuple[Any, Any]], frame: list[bytes] | None = None,
@@ -302,8 +313,9 @@ def serve(channel: protocol.Channel, dispatch: Callable[[Sequence[Any]], None]) 
     """Read frames from ``channel`` until it ends, handing each frame's messages to
     ``dispatch`` in order; a relayed frame's messages are dispatched (in a thread of their
     own) while its buffers are still arriving."""
+    reader = fd_buffers.reader_of(channel.stream)  # once, not for every frame
     while True:
-        messages, rest, frame = _receive(channel)
+        messages, rest, frame = _receive(channel, reader)
         if rest is None:
             _dispatching.frame = (messages, frame)  # for ``frame_of``, while dispatched
             try:
@@ -323,7 +335,12 @@ def frame_of(tasks: Sequence[Any]) -> list[bytes] | None:
 
 def same_objects(these: Sequence[Any], those: Sequence[Any]) -> bool:
     """Whether two sequences hold the very same objects in the same order (pure)."""
-    return len(these) == len(those) and all(a is b for a, b in zip(these, those))
+    if len(these) != len(those):
+        return False
+    for a, b in zip(these, those):  # a loop, not all(generator): this runs for every task
+        if a is not b:
+            return False
+    return True
 
 
 def _dispatch_while_reading(messages: Sequence[Any], rest: Callable[[], None],

@@ -40,7 +40,7 @@ from skyward_iac.node import command as node_command
 from skyward_iac.node import protocol, relay
 from skyward_iac.node.buffer_maps import MapsSender
 from skyward_iac.node.facts import network_facts
-from skyward_iac.node.messages import Cancel, Configure, Output, Result, Started, Task
+from skyward_iac.node.messages import Cancel, Configure, Result, Task
 from skyward_iac.node.read_ahead import ReadAhead
 from skyward_iac.node.worker import COUNTER, WORKER_INDEX_ENV, describe_failure
 
@@ -123,8 +123,9 @@ class WorkerProcess:
         return entry is not None and entry[0] < self.taken
 
     def has_room(self) -> bool:
-        """Alive and below its limit; a one-task worker never takes a second task."""
-        if self.killed or self.process.poll() is not None or (self.once and self.accepted):
+        """Not known dead, below its limit; a one-task worker never takes a second. Not polled
+        (a system call a task): a dead one's tasks go on (``_schedule``, ``_on_exit``)."""
+        if self.killed or self.process.returncode is not None or (self.once and self.accepted):
             return False
         return len(self.running) < self.capacity
 
@@ -288,7 +289,7 @@ class Slots:
             batch: list[Task] = []
             while self.queue and worker.has_room():
                 task, _ = self.queue.popleft()
-                if relay.lost(task.buffers):  # its client left before sending all of it
+                if task.buffers and relay.lost(task.buffers):  # its client left mid-argument
                     self.routes.pop(task.task_id, None)
                     continue
                 # The worker takes its tasks in the order sent: the sequence number tells, after
@@ -338,7 +339,7 @@ class Slots:
             finished = False
             for message in messages:
                 task_id = message.task_id
-                if isinstance(message, Output | Started):
+                if not isinstance(message, Result):  # Output, Started: the task runs on
                     route = self.routes.get(task_id)
                 else:
                     entry = worker.running.pop(task_id, None)
@@ -346,13 +347,12 @@ class Slots:
                     self.abandoned.discard(task_id)
                     finished = True
                     if message.failure is not None:
-                        name = entry[1].name if entry is not None else "?"
-                        log.info("task %d (%s) failed on worker %d: %s: %s", task_id, name,
-                                 worker.index, message.failure.type_name,
-                                 message.failure.message)
+                        log.info("task %d (%s) failed on worker %d: %s: %s", task_id,
+                                 entry[1].name if entry is not None else "?", worker.index,
+                                 message.failure.type_name, message.failure.message)
                 if route is not None:
                     deliveries.append((route, message))
-            if finished:
+            if finished and self.queue:  # a slot is free for what waits
                 self._schedule()
         relay.deliver(deliveries, frame, len(messages))
 

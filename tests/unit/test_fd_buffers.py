@@ -13,7 +13,7 @@ import os
 import pickle
 import socket
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import pytest
 
 from skyward_iac.api.function import function
 from skyward_iac.node import fd_buffers, local_socket, protocol
-from skyward_iac.node.messages import Task, Welcome
+from skyward_iac.node.messages import Cancel, Task, Welcome
 from skyward_iac.remote import data_port, fd_channel
 from skyward_iac.remote.agent_client import AgentClient
 from skyward_iac.remote.bootstrap import LOCAL_SOCKET_FILE
@@ -237,6 +237,46 @@ def test_a_bad_descriptor_is_refused_and_the_agent_goes_on(agent: Agent, case: s
         assert _submit(client, _probe, np.ones(2 * MIB, np.uint8))[1] == 1
     finally:
         client.close()
+
+
+def _sent_beside_a_head(sock: socket.socket, fds: list[int]) -> None:
+    """Descriptors with a frame's buffer bytes, not its head; then a frame without buffers."""
+    frames = _task_frame()
+    body = memoryview(frames[3]).cast("B")
+    sock.sendall(_head(frames, [_SIZE]))
+    sock.sendmsg([body[:4096]], _rights(fds))
+    sock.sendall(body[4096:])
+    sock.sendall(b"".join(protocol.encode(Cancel(7))))
+
+
+#: Descriptors where no frame declares any: the agent's reads of small frames take the
+#: shortest path (no buffers, nothing waiting), which must not let these through.
+STRAY: dict[str, Callable[[socket.socket, list[int]], Any]] = {
+    "with a frame without buffers": lambda sock, fds: sock.sendmsg(
+        [b"".join(protocol.encode(Cancel(7)))], _rights(fds)),
+    "with a frame's buffer bytes": _sent_beside_a_head,
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRAY))
+def test_stray_descriptors_are_refused(agent: Agent, case: str) -> None:
+    warm = _client(agent)
+    try:
+        assert _submit(warm, _probe, np.ones(10, np.uint8))[0]
+    finally:
+        warm.close()
+    before, refused = _fds(agent.pid), _log(agent).count("broke the protocol")
+    sock = _greeted(agent)
+    fds = [_memfd(_SIZE)]
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            STRAY[case](sock, fds)
+        assert _closed(sock)
+    finally:
+        sock.close()
+        os.close(fds[0])
+    assert wait_until(lambda: _log(agent).count("broke the protocol") > refused, 10), case
+    assert wait_until(lambda: _fds(agent.pid) <= before, 10), (case, before, _fds(agent.pid))
 
 
 def test_descriptors_before_the_token_are_refused(agent: Agent) -> None:
