@@ -177,71 +177,77 @@ class Dispatcher:
         round-robin among nodes with room, and when the first of them fits nowhere, the rest
         wait behind it). Called with ``_wakeup`` held. Paid once per round trip: what only
         some calls need (the index of nodes, the run times a node holds) is built on first
-        use."""
-        service = self._service
-        if not self._calls or not service:
+        use, and nothing is allocated per node but the load and room lists."""
+        service, queue = self._service, self._calls
+        if not queue or not service:
             return {}
-        slots, paced = self.slots_per_node, self._paced
-        placing = self._placing
-        load = [node.agent.in_flight + placing.get(node.index, 0) for node in service]
-        # A node whose connection just broke has no room: it leaves service in a moment.
+        slots, paced, placing = self.slots_per_node, self._paced, self._placing
         full = slots + (MAX_AHEAD if paced else 0)
-        cap = [0 if node.agent.closed else full for node in service]
-        free = sum(max(0, c - n) for c, n in zip(cap, load, strict=True))
+        load: list[int] = []
+        cap: list[int] = []
+        free = 0
+        for node in service:
+            agent = node.agent
+            held = agent.in_flight + placing.get(node.index, 0)
+            # A node whose connection just broke has no room: it leaves service in a moment.
+            room = 0 if agent.closed else full
+            load.append(held)
+            cap.append(room)
+            if room > held:
+                free += room - held
         if free <= 0:
             return {}
-        # The longest expected run time among what each node holds ("auto" only), read when
-        # needed, and among what this round placed on it.
-        holding: list[float | None] = [None] * len(service)
-        placing_now = [0.0] * len(service)
+        # Each node's longest expected run time among what it holds ("auto" only), read when
+        # a node past its slots needs it.
+        holding: dict[int, float] = {}
         by_index: dict[int, int] | None = None
         placed: dict[Node, list[Call]] = {}
         skipped: list[Call] = []
         count = len(service)
-
-        def held(position: int) -> float:
-            known = holding[position]
-            if known is None:
-                known = holding[position] = service[position].agent.pace.longest_held()
-            return max(known, placing_now[position])
 
         def fits(position: int, call: Call) -> bool:
             if load[position] >= cap[position]:
                 return False
             if load[position] < slots:
                 return True  # a free slot takes anything
-            pace = service[position].agent.pace
-            run_time = max(held(position), pace.run_time(call.name))
+            node = service[position]
+            pace = node.agent.pace
+            known = holding.get(position)
+            if known is None:
+                known = holding[position] = pace.longest_held()
+            # ... and among what this round placed on it.
+            run_time = max(known, pace.run_time(call.name),
+                           *(pace.run_time(c.name) for c in placed.get(node, ())))
             return load[position] < slots + ahead(
                 self.options.worker.concurrency, pace.overhead, run_time)
 
-        while free > 0 and self._calls:
-            call = self._calls.popleft()
+        while free > 0 and queue:
+            call = queue.popleft()
             if call.fence is not None:
                 skipped.append(call)  # its first attempt may still run somewhere
                 continue
             if call.node is None:
-                position = next((p for step in range(count)
-                                 if fits(p := (self._next + step) % count, call)), None)
-                if position is None:
+                for step in range(count):
+                    position = (self._next + step) % count
+                    if fits(position, call):
+                        break
+                else:
                     skipped.append(call)  # no node has room for it: later ones wait behind it
                     break
                 self._next = (position + 1) % count
             else:
                 if by_index is None:
                     by_index = {node.index: position for position, node in enumerate(service)}
-                position = by_index.get(call.node)
-                if position is None or not fits(position, call):
+                target = by_index.get(call.node)
+                if target is None or not fits(target, call):
                     skipped.append(call)  # its node is full or away: later calls may fit
                     continue
+                position = target
             load[position] += 1
             free -= 1
-            if paced:
-                run_time = service[position].agent.pace.run_time(call.name)
-                placing_now[position] = max(placing_now[position], run_time)
             placed.setdefault(service[position], []).append(call)
         if skipped:
-            self._calls.extendleft(reversed(skipped))
+            queue.extendleft(reversed(skipped))
         for node, calls in placed.items():
             placing[node.index] = placing.get(node.index, 0) + len(calls)
         return placed

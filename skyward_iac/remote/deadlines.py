@@ -39,12 +39,14 @@ class Deadlines:
         """Start the clock of ``tasks``, each ``(task_id, timeout)``."""
         now = time.monotonic()
         with self._lock:
-            pending = self._pending()
-            if len(self._heap) > 2 * len(pending) + 4096:
-                self._heap = [d for d in self._heap if d[1] in pending]
-                heapq.heapify(self._heap)
+            heap = self._heap
+            # A few thousand finished tasks' deadlines cost nothing to keep: ``pending`` is
+            # looked at only past that.
+            if len(heap) > 4096 and len(heap) > 2 * len(pending := self._pending()) + 4096:
+                heap = self._heap = [d for d in heap if d[1] in pending]
+                heapq.heapify(heap)
             for task_id, timeout in tasks:
-                heapq.heappush(self._heap, (now + timeout, task_id, timeout))
+                heapq.heappush(heap, (now + timeout, task_id, timeout))
             self._arm()
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ it is fingerprinted again, is not seen (it is checked before and after).
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import types
@@ -192,7 +193,7 @@ class _Kept:
 
 
 def _same(kept: tuple[Any, ...], objects: tuple[Any, ...]) -> bool:
-    return len(kept) == len(objects) and all(a is b for a, b in zip(kept, objects))
+    return len(kept) == len(objects) and all(map(operator.is_, kept, objects))
 
 
 def _imported_submodules(objects: tuple[Any, ...]) -> frozenset[str]:

@@ -194,7 +194,7 @@ class SharedBuffers:
     def for_agent(self, tasks: Sequence[Task]) -> Sequence[Task]:
         """``tasks`` as the agent is sent them (call with ``lock`` held, then send them before
         letting go): each ``Shareable`` becomes its bytes, a ``Keep`` or a ``Use``."""
-        if not any(isinstance(b, Shareable) for task in tasks for b in task.buffers):
+        if not _shares(tasks):
             return tasks
         share = enabled() and self.budget > 0
         return [dataclasses.replace(task, buffers=self._refs(task.buffers, share))
@@ -246,7 +246,20 @@ def of(channel: Any, welcome: Any = None) -> SharedBuffers:
 def send(channel: Any, tasks: Sequence[Task], welcome: Any) -> None:
     """Send ``tasks`` in one frame on ``channel`` (a ``protocol.Channel`` to the agent that
     said ``welcome``), each large argument as its bytes, a ``Keep`` or a ``Use``: given and sent
-    under one lock, so the agent reads them in the order the references assume."""
+    under one lock, so the agent reads them in the order the references assume. A frame with
+    no large argument (most) refers to nothing: it is sent as it is, in any order."""
+    if not _shares(tasks):
+        channel.send_many(tasks)
+        return
     shared = of(channel, welcome)
     with shared.lock:
         channel.send_many(shared.for_agent(tasks))
+
+
+def _shares(tasks: Sequence[Task]) -> bool:
+    """Whether any of ``tasks`` carries a ``Shareable`` (checked per send: most carry none)."""
+    for task in tasks:
+        for buffer in task.buffers:
+            if isinstance(buffer, Shareable):
+                return True
+    return False
