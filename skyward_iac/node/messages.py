@@ -75,8 +75,9 @@ class Task:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A plain constructor call pickles several times faster than dataclass state.
+        buffers = self.buffers
         return (Task, (self.task_id, self.name, self.payload, self.timeout,
-                       _out_of_band(self.buffers)))
+                       _out_of_band(buffers) if buffers else buffers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +116,9 @@ class Result:
     duration: float = 0.0
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Result, (self.task_id, self.value, self.failure, _out_of_band(self.buffers),
-                         self.duration))
+        buffers = self.buffers  # most results have none: no call
+        return (Result, (self.task_id, self.value, self.failure,
+                         _out_of_band(buffers) if buffers else buffers, self.duration))
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +182,6 @@ _AS_IS = (pickle.PickleBuffer, *IN_BAND)
 
 
 def _out_of_band(buffers: tuple[Any, ...]) -> tuple[Any, ...]:
-    if not buffers:  # most tasks and results
-        return buffers
     # PickleBuffer makes pickle hand the buffer to the frame's buffer_callback (out of band);
     # a shared argument's reference travels in band (node/shared_refs.py).
     return tuple(b if isinstance(b, _AS_IS) else pickle.PickleBuffer(b) for b in buffers)

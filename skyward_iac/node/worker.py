@@ -79,6 +79,8 @@ def run_task(task: Task) -> Result:
     call alone (node/buffer_maps.py)."""
     started = time.perf_counter()
     try:
+        if not task.buffers:  # most tasks: nothing to map
+            return _call(task, (), started)
         with Lease(task.buffers) as buffers:
             return _call(task, buffers, started)  # its frame, and references, end here
     except BaseException as exc:  # noqa: BLE001 - mapping it failed: the task fails
@@ -91,8 +93,11 @@ def _call(task: Task, arguments: Sequence[Any], started: float) -> Result:
         fn, args, kwargs = protocol.loads(task.payload, arguments)
         if process_plugins is not None:
             fn = process_plugins.decorate(fn)
-        # A coroutine (a function that hides its ``async def`` from ``@sky.function``) runs here.
-        value = settle(fn(*args, **kwargs))
+        value = fn(*args, **kwargs)
+        if type(value) not in _PLAIN:
+            # A coroutine (a function that hides its ``async def`` from ``@sky.function``)
+            # runs here.
+            value = settle(value)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
         return Result(task.task_id, failure=describe_failure(exc),
                       duration=time.perf_counter() - started)
@@ -137,7 +142,7 @@ class Outbox:
         """Queue ``message``; ``supersedes`` is dropped if it is the last message still queued
         (a task's ``Started`` when its ``Result`` follows it at once: the result says both)."""
         with self.lock:
-            if supersedes is not None and self.items and self.items[-1] == supersedes:
+            if supersedes is not None and self.items and self.items[-1] is supersedes:
                 self.items.pop()
             self.items.append(message)
             if not urgent and len(self.items) < self.MAX_BATCH:
@@ -212,9 +217,10 @@ class Runner:
         that left others queued (it reads frames that arrived meanwhile, so a cancel reaches
         tasks still queued; with none queued the caller's next read gets those frames, and a
         lone task costs no ``select``)."""
-        while (task := self._next(wait=False)) is not None:
+        # Only this thread adds to the queue (``add``, from ``between``): it is read unlocked.
+        while self.queue and (task := self._next(wait=False)) is not None:
             self._execute(task)
-            if self.queue:  # only this thread adds to it (``add``, from ``between``)
+            if self.queue:
                 between()
 
     def cancel(self, task_id: int) -> None:
@@ -267,7 +273,8 @@ class Runner:
         self.outbox.send(started, urgent=False, wake=False)
         result = contextvars.copy_context().run(_run_as_current, task)
         for stream in self.streams:
-            stream.flush_task(task.task_id)
+            if stream.pending:  # it printed something (most tasks do not)
+                stream.flush_task(task.task_id)
         with self.lock:
             self.running.discard(task.task_id)
             retire = task.task_id in self.abandoned
@@ -340,7 +347,8 @@ def main(argv: list[str] | None = None) -> None:
         tasks = []
         for message in messages:
             if isinstance(message, Task):
-                tasks.append(maps.resolve(message) if maps is not None else message)
+                tasks.append(maps.resolve(message) if maps is not None and message.buffers
+                             else message)
             elif isinstance(message, Cancel):
                 if tasks:  # a cancel must see the tasks sent before it
                     runner.add(tasks)
