@@ -183,7 +183,7 @@ class AgentClient:
         taken). A send that fails breaks the connection: the tasks it had taken go to
         ``on_lost`` like any other pending task.
         """
-        tasks = []
+        tasks, timed = [], []
         with self._pending_lock:
             # Checked under the lock that closing takes: a task added here is always either
             # resolved or handed back by whoever closes the connection.
@@ -198,19 +198,17 @@ class AgentClient:
                 self.pace.sent(submission.name)
                 tasks.append(Task(submission.task_id, submission.name, submission.payload,
                                   submission.timeout, submission.buffers))
+                if submission.timeout is not None:
+                    timed.append((submission.task_id, submission.timeout))
         if not tasks:
             return
-        self._add_deadlines(tasks)
+        if timed:
+            self._deadlines.add(timed)
         try:
             shared_buffers.send(self._channel, tasks, self.welcome)  # large arguments once
         except OSError as exc:
             names = ", ".join(sorted({s.name for s in submissions}))
             self._broken(f"sending {names} failed: {exc}")
-
-    def _add_deadlines(self, tasks: list[Task]) -> None:
-        timed = [(t.task_id, t.timeout) for t in tasks if t.timeout is not None]
-        if timed:
-            self._deadlines.add(timed)
 
     def _timed_out(self, due: list[tuple[Submission, float]]) -> None:
         """On the loop: tasks past their deadline (taken already); the lane fails them."""
@@ -338,7 +336,8 @@ class AgentClient:
             # hand-off per task cost 10-20% of a round trip. The value is rebuilt before the
             # condition is taken (the caller may be adding a callback meanwhile).
             value, error = outcome_of(result, entry.name, self.node)
-            with condition:
+            condition.acquire()  # (a Condition's own acquire: its ``with`` is two more calls)
+            try:
                 if future.done():
                     return True  # cancelled by its caller: its callbacks ran already
                 callbacks = future._done_callbacks  # type: ignore[attr-defined]
@@ -348,6 +347,8 @@ class AgentClient:
                 elif announce is not None:
                     announce(self.node, entry)
                 succeeded = settle(future, value, error)
+            finally:
+                condition.release()
             if callbacks:
                 rest = done_on_loop(future, callbacks) if succeeded else callbacks
                 if rest:

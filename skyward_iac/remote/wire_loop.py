@@ -78,8 +78,8 @@ class Timer:
 
 def readiness() -> Any:
     """What the loop waits on: ``select.epoll`` itself on Linux (the ``selectors`` layer over
-    it cost ~4 % of a round trip's CPU), elsewhere (macOS) the ``selectors`` module's best,
-    called as an epoll is."""
+    it cost 0.7 us a turn here, a round trip's wake-up), elsewhere (macOS) the ``selectors``
+    module's best, called as an epoll is."""
     epoll = getattr(select, "epoll", None)
     return epoll() if epoll is not None else SelectorPoll()
 
@@ -200,19 +200,16 @@ class WireLoop:
         else:
             timeout = max(0.0, timers[0][0] - time.monotonic()) if timers else None
         events = self._ready.poll(timeout)
-        again, watched = self._again, self._watched
-        if again:
-            self._again = set()
+        again, self._again, watched = self._again, set(), self._watched
         for fd, _ in events:
             reading = watched[fd]
             if reading is None:
                 self._drain_wakeups()
             elif reading not in again and reading.stream in self._readings:
                 self._serve(reading)
-        if again:
-            for reading in again:
-                if reading.stream in self._readings:
-                    self._serve(reading)
+        for reading in again:
+            if reading.stream in self._readings:
+                self._serve(reading)
         if timers and timers[0][0] <= time.monotonic():
             self._fire_timers()
 
