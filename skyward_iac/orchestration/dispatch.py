@@ -83,7 +83,11 @@ class Dispatcher:
         self.task_ids = iter(task_ids or itertools.count(1))
         self.events = TaskEvents(identity, events, self.load)
         self._calls: deque[Call] = deque()
-        self._wakeup = threading.Condition()
+        #: Guards the queue and the placement state; ``_wakeup``, on the same lock, wakes the
+        #: dispatcher thread (taken as ``_lock``: a ``Condition``'s own enter and exit are
+        #: Python calls, twice a round trip).
+        self._lock = threading.RLock()
+        self._wakeup = threading.Condition(self._lock)
         #: Nodes in service, by index order (published by the pool's membership).
         self._service: tuple[Node, ...] = ()
         self._next = 0
@@ -103,7 +107,7 @@ class Dispatcher:
 
     def serve(self, nodes: tuple[Node, ...]) -> None:
         """Nodes in service from now on (by index order); new ones start taking calls."""
-        with self._wakeup:
+        with self._lock:
             self._service = nodes
             for node in nodes:
                 self._why_out.pop(node.index, None)
@@ -111,7 +115,7 @@ class Dispatcher:
 
     def out_of_service(self, index: int, reason: str) -> None:
         """Node ``index`` takes no more calls (lost, unhealthy, leaving): ``reason`` says why."""
-        with self._wakeup:
+        with self._lock:
             self._why_out[index] = reason
             self._service = tuple(n for n in self._service if n.index != index)
 
@@ -124,7 +128,7 @@ class Dispatcher:
         retry_left = self.options.retry_on_interruption
         error = NodeConnectionError(f"node {index} was lost ({reason})")
         retried: list[Call] = []
-        with self._wakeup:
+        with self._lock:
             self._unfenced.setdefault(index, reason)
             for submission in submissions:
                 if (not isinstance(submission, Call) or self._closed
@@ -147,7 +151,7 @@ class Dispatcher:
 
     def fenced(self, index: int) -> None:
         """Nothing of lost node ``index`` runs any more: its held calls may run again."""
-        with self._wakeup:
+        with self._lock:
             if self._unfenced.pop(index, None) is None:
                 return
             for call in self._calls:
@@ -164,7 +168,7 @@ class Dispatcher:
                 raise copy.copy(self._closed_by)
             raise NodeConnectionError(f"pool {self.identity.stack} is closed")
         self.events.watch(calls)
-        with self._wakeup:
+        with self._lock:
             self._calls.extend(calls)
             placed = self._place()
             if self._calls:
@@ -175,7 +179,7 @@ class Dispatcher:
     def _place(self) -> dict[Node, list[Call]]:
         """Take the queued calls that nodes have room for (queue order; untargeted calls
         round-robin among nodes with room, and when the first of them fits nowhere, the rest
-        wait behind it). Called with ``_wakeup`` held. Paid once per round trip: what only
+        wait behind it). Called with ``_lock`` held. Paid once per round trip: what only
         some calls need (the index of nodes, the run times a node holds) is built on first
         use, and nothing is allocated per node but the load and room lists."""
         service, queue = self._service, self._calls
@@ -253,7 +257,7 @@ class Dispatcher:
         return placed
 
     def _send(self, placed: dict[Node, list[Call]]) -> None:
-        """Hand each node its calls, in one frame per node (outside ``_wakeup``)."""
+        """Hand each node its calls, in one frame per node (outside ``_lock``)."""
         for node, calls in placed.items():
             for call in calls:
                 call.sent_to = node.index
@@ -263,17 +267,17 @@ class Dispatcher:
             except NodeConnectionError:
                 # Closed before anything was sent: these calls never left, so they go back
                 # to the queue as they were (no attempt used); the node is out of service.
-                with self._wakeup:
+                with self._lock:
                     self._calls.extendleft(reversed([c for c in calls if not c.future.done()]))
             finally:
-                with self._wakeup:
+                with self._lock:
                     self._placing[node.index] -= len(calls)
                     if self._calls:  # room counted again: queued calls may fit now
                         self._wakeup.notify()
 
     def _dispatch(self) -> None:
         while True:
-            with self._wakeup:
+            with self._lock:
                 while not self._closed and not (placed := self._place()):
                     self._wakeup.wait(STARVATION_CHECK if self._calls else None)
                     if self._calls:
@@ -284,7 +288,7 @@ class Dispatcher:
 
     def _fail_unserved(self, now: float) -> None:
         """Fail queued calls that no node could take for longer than their timeout (with
-        ``_wakeup`` held)."""
+        ``_lock`` held)."""
         in_service = {node.index for node in self._service}
         expired: list[tuple[Call, str]] = []
         for call in self._calls:
@@ -323,14 +327,14 @@ class Dispatcher:
         """Results came back from a node (its agent client calls this from its reader thread,
         ``NodeLaunch.on_results``): the dispatcher may place more."""
         if self._calls:
-            with self._wakeup:
+            with self._lock:
                 self._wakeup.notify()
 
     # ---- state ----------------------------------------------------------------------------
 
     def load(self) -> tuple[int, int]:
         """Calls waiting for a slot, and calls running on nodes."""
-        with self._wakeup:
+        with self._lock:
             return len(self._calls), sum(node.agent.in_flight for node in self._service)
 
     def in_flight(self, index: int) -> int:
@@ -344,7 +348,7 @@ class Dispatcher:
         """Stop dispatching; queued calls fail with ``error`` (by default a
         ``NodeConnectionError`` giving ``reason``; calls already done or cancelled are left
         alone), and so does any call made from now on."""
-        with self._wakeup:
+        with self._lock:
             self._closed = True
             self._closed_by = error
             queued, self._calls = list(self._calls), deque()

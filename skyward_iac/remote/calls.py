@@ -75,7 +75,7 @@ def pack_call(pending: PendingFunction[Any], copy: bool = True,
     """
     try:
         packed_fn = function or pack_function(pending.fn)
-        if _plain(pending.args) and _plain(pending.kwargs):
+        if _plain(pending.args) and (not pending.kwargs or _plain(pending.kwargs)):
             # Nothing but plain values: the C pickler alone makes the same pickle without
             # cloudpickle's per-object hook, and there is no buffer to keep out of band.
             return PackedCall(pickle.dumps((packed_fn, pending.args, pending.kwargs),
