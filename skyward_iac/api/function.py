@@ -69,7 +69,10 @@ class PendingFunction(Generic[T]):
     @property
     def name(self) -> str:
         """The function's qualified name, used in errors and events."""
-        return getattr(self.fn, "__qualname__", repr(self.fn))
+        try:
+            return self.fn.__qualname__  # read once a call: no repr made in advance
+        except AttributeError:
+            return repr(self.fn)
 
     def with_timeout(self, seconds: float) -> PendingFunction[T]:
         """A copy of this call with a wall-clock timeout in seconds."""

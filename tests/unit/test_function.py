@@ -25,6 +25,11 @@ def test_calling_returns_a_pending_function_without_running() -> None:
     assert pending.name == "add"
 
 
+def test_a_callable_without_a_qualified_name_is_named_by_its_repr() -> None:
+    partial = functools.partial(pow, 2)  # no __qualname__
+    assert sky.function(partial)(3).name == repr(partial)
+
+
 def test_local_runs_the_original() -> None:
     assert add.local(2, b=5) == 7
     assert add.__name__ == "add"
