@@ -33,6 +33,7 @@ from skyward_iac.plugins import _client as plugins
 from skyward_iac.remote import container
 from skyward_iac.remote.bootstrap import BootstrapPlan
 from skyward_iac.remote.includes import IncludesArchive, build_archive
+from skyward_iac.remote.shared_buffers import client_budget
 from skyward_iac.remote.volumes import mount_plan
 
 #: The head's coordination port (etcd's client port on the head node).
@@ -243,6 +244,7 @@ def plan_pool(specs: Sequence[Spec], name: str | None, options: Options | None,
                              max_lifetime=options.max_lifetime, tags=dict(options.tags))
     _check_policy(spec, options, choice, bounds)
     program_for(request)  # an unsupported provider fails here, before provisioning
+    client_budget()  # and a SKYWARD_SHARED_BUDGET that is not a number of bytes
     fallbacks = _fallbacks(tuple(specs), choice, options, stack_name)
     plan = PoolPlan(spec=spec, options=options, choice=choice, stack_name=stack_name,
                     request=request, bounds=bounds, run_id=stack_name,

@@ -45,6 +45,8 @@ from typing import Any
 
 import xxhash
 
+from skyward_iac.api.errors import ConfigError
+from skyward_iac.api.switches import switched_on
 from skyward_iac.node.messages import Task
 from skyward_iac.node.shared_refs import Keep, Use
 
@@ -57,14 +59,23 @@ BUDGET_ENV = "SKYWARD_SHARED_BUDGET"
 
 
 def enabled() -> bool:
-    """Whether large arguments are shared (``SKYWARD_SHARED_ARGS`` is not ``0``)."""
-    return os.environ.get(ENABLED_ENV, "1").strip() not in ("0", "false", "no", "off")
+    """Whether large arguments are shared (``SKYWARD_SHARED_ARGS`` is not off)."""
+    return switched_on(ENABLED_ENV)
 
 
 def client_budget() -> int:
-    """The bytes this client asks each agent to keep at most."""
-    configured = os.environ.get(BUDGET_ENV)
-    return max(0, int(configured)) if configured else DEFAULT_BUDGET
+    """The bytes this client asks each agent to keep at most; ``ConfigError`` when
+    ``SKYWARD_SHARED_BUDGET`` is not a whole number of bytes (checked by ``sky.Compute``
+    before anything is provisioned)."""
+    configured = os.environ.get(BUDGET_ENV, "").strip()
+    if not configured:
+        return DEFAULT_BUDGET
+    try:
+        return max(0, int(configured))
+    except ValueError:
+        raise ConfigError(f"{BUDGET_ENV}={configured!r}: give the bytes each node may keep "
+                          f"for shared arguments as a whole number (e.g. {DEFAULT_BUDGET})"
+                          ) from None
 
 
 def digest(buffer: Any) -> bytes:

@@ -270,3 +270,22 @@ def test_every_executor_maps_the_kept_buffer(tmp_path: Path, executor: tuple[str
             assert [f.result(60) for f in futures] == [expected] * 3 + [None] + [expected] * 2
         finally:
             client.close()
+
+
+def test_a_budget_that_is_not_a_number_is_refused_before_anything_is_provisioned(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``SKYWARD_SHARED_BUDGET`` is read when a node connects; a bad one is a ConfigError from
+    ``sky.Compute`` itself, not an error on the first large argument."""
+    import skyward_iac as sky
+    from skyward_iac.orchestration.plan import plan_pool
+
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path))
+    monkeypatch.setenv(shared_buffers.BUDGET_ENV, "1GiB")
+    with pytest.raises(sky.ConfigError, match="SKYWARD_SHARED_BUDGET='1GiB'"):
+        plan_pool((), None, None, {"provider": sky.Local(), "nodes": 1})
+    # Nothing was provisioned: no stack in the state backend.
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and ".pulumi/stacks" in str(p)]
+    monkeypatch.setenv(shared_buffers.BUDGET_ENV, f" {5 * MIB} ")
+    assert shared_buffers.client_budget() == 5 * MIB
+    monkeypatch.setenv(shared_buffers.BUDGET_ENV, "")
+    assert shared_buffers.client_budget() == shared_buffers.DEFAULT_BUDGET
