@@ -208,30 +208,38 @@ HOSTILE = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_a_bad_descriptor_is_refused_and_the_agent_goes_on(agent: Agent, case: str) -> None:
-    sizes, make = HOSTILE[case]
-    frames = _task_frame()
-    warm = _client(agent)  # the agent's fds at rest, a worker up
+@contextlib.contextmanager
+def _refused_and_at_rest(agent: Agent, case: str) -> Iterator[None]:
+    """Around a hostile connection: the agent warmed first (a worker up, its fds at rest);
+    after it, the agent logged one more refusal and holds no more fds than before."""
+    warm = _client(agent)
     try:
         assert _submit(warm, _probe, np.ones(10, np.uint8))[0]
     finally:
         warm.close()
     before, refused = _fds(agent.pid), _log(agent).count("broke the protocol")
-    sock = _greeted(agent)
-    fds = make()
-    try:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendmsg([_head(frames, sizes)], _rights(fds) if fds else [])
-            if not sizes[0] & D:
-                sock.sendall(frames[3])  # the bytes it said would follow
-        assert _closed(sock)
-    finally:
-        sock.close()
-        for fd in fds:
-            os.close(fd)
+    yield
     assert wait_until(lambda: _log(agent).count("broke the protocol") > refused, 10), case
     assert wait_until(lambda: _fds(agent.pid) <= before, 10), (case, before, _fds(agent.pid))
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_bad_descriptor_is_refused_and_the_agent_goes_on(agent: Agent, case: str) -> None:
+    sizes, make = HOSTILE[case]
+    frames = _task_frame()
+    with _refused_and_at_rest(agent, case):
+        sock = _greeted(agent)
+        fds = make()
+        try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendmsg([_head(frames, sizes)], _rights(fds) if fds else [])
+                if not sizes[0] & D:
+                    sock.sendall(frames[3])  # the bytes it said would follow
+            assert _closed(sock)
+        finally:
+            sock.close()
+            for fd in fds:
+                os.close(fd)
     client = _client(agent)  # and it serves on
     try:
         assert _submit(client, _probe, np.ones(2 * MIB, np.uint8))[1] == 1
@@ -260,23 +268,16 @@ STRAY: dict[str, Callable[[socket.socket, list[int]], Any]] = {
 
 @pytest.mark.parametrize("case", sorted(STRAY))
 def test_stray_descriptors_are_refused(agent: Agent, case: str) -> None:
-    warm = _client(agent)
-    try:
-        assert _submit(warm, _probe, np.ones(10, np.uint8))[0]
-    finally:
-        warm.close()
-    before, refused = _fds(agent.pid), _log(agent).count("broke the protocol")
-    sock = _greeted(agent)
-    fds = [_memfd(_SIZE)]
-    try:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            STRAY[case](sock, fds)
-        assert _closed(sock)
-    finally:
-        sock.close()
-        os.close(fds[0])
-    assert wait_until(lambda: _log(agent).count("broke the protocol") > refused, 10), case
-    assert wait_until(lambda: _fds(agent.pid) <= before, 10), (case, before, _fds(agent.pid))
+    with _refused_and_at_rest(agent, case):
+        sock = _greeted(agent)
+        fds = [_memfd(_SIZE)]
+        try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                STRAY[case](sock, fds)
+            assert _closed(sock)
+        finally:
+            sock.close()
+            os.close(fds[0])
 
 
 def test_descriptors_before_the_token_are_refused(agent: Agent) -> None:
