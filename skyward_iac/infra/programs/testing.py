@@ -158,12 +158,24 @@ def run_program(program: Callable[[], None], mocks: ProgramMocks,
         CONFIG.reset(token)
 
 
-def _run(program: Callable[[], None], mocks: ProgramMocks) -> dict[str, Any]:
+#: The loop mocked runs make current when an ``asyncio.run()`` left none: one per process,
+#: reused, so that each such run does not leave a loop (and its self-pipe) to the collector.
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _current_loop() -> None:
+    """Pulumi's test runner needs a current loop; an earlier ``asyncio.run()`` removed it."""
+    global _loop
     try:
         asyncio.get_event_loop()
     except RuntimeError:
-        # Pulumi's test runner needs a current loop; an earlier asyncio.run() removed it.
-        asyncio.set_event_loop(asyncio.new_event_loop())
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(_loop)
+
+
+def _run(program: Callable[[], None], mocks: ProgramMocks) -> dict[str, Any]:
+    _current_loop()
     # A fresh root stack each run: set_mocks keeps the one an earlier run made, whose exports
     # would show through this run's (an export one program makes and another does not).
     pulumi.runtime.settings.ROOT.set(None)
