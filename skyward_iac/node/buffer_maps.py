@@ -165,7 +165,9 @@ class MapsSender:
                 serial = next(self._serials)
                 socket.send_fds(self.socket, [RECORD.pack(serial)], [source.memfd()])
                 kept = isinstance(source, Kept)
-                buffer = Mapped(serial, source.size if kept else len(source), reuse=kept)
+                # A kept argument's or a lent memfd's mapping may serve a later task.
+                buffer = Mapped(serial, source.size if kept else len(source),
+                                reuse=kept or source.lent)
             buffers.append(buffer)
         return dataclasses.replace(task, buffers=tuple(buffers))
 
@@ -196,9 +198,10 @@ class MapsReceiver:
     def __init__(self, fd: int) -> None:
         self.socket = socket.socket(fileno=fd)
         self._lock = threading.Lock()
-        #: Per memfd (inode): a mapping no task uses, none wrote and nothing refers to, for the
-        #: next task on it, and since when it is idle (monotonic); least recently used first.
-        self._idle: OrderedDict[int, tuple[_Mapping, float]] = OrderedDict()
+        #: Per memfd and size (inode, bytes): a mapping no task uses, none wrote and nothing
+        #: refers to, for the next task on it, and since when it is idle (monotonic); least
+        #: recently used first.
+        self._idle: OrderedDict[tuple[int, int], tuple[_Mapping, float]] = OrderedDict()
         #: The thread that lets idle mappings go, while there are some.
         self._reaper: threading.Thread | None = None
         self._pagemap = _open_pagemap()
@@ -231,37 +234,41 @@ class MapsReceiver:
             raise protocol.ProtocolError("the maps socket ended or broke a record")
         (serial,) = RECORD.unpack(data)
         size = os.fstat(fds[0]).st_size
-        if serial != ref.serial or size != ref.size:
+        if serial != ref.serial or size < ref.size:  # a lent memfd may hold more
             os.close(fds[0])
             raise protocol.ProtocolError(f"a task wants mapped buffer {ref.serial} ({ref.size} "
                                          f"bytes), the maps socket gave {serial} ({size} bytes)")
-        return MappedFile(self, fds[0], size, ref.reuse)
+        return MappedFile(self, fds[0], ref.size, ref.reuse)
 
     def _take(self, file: MappedFile) -> _Mapping:
         with self._lock:
-            idle = self._idle.pop(file.inode, None)
+            idle = self._idle.pop((file.inode, file.size), None)
         if idle is not None:
             return idle[0]
         # Private: the task's writes copy the pages they touch, and stay its own.
         return _Mapping(mmap.mmap(file.fd, file.size, flags=mmap.MAP_PRIVATE,
                                   prot=mmap.PROT_READ | mmap.PROT_WRITE), file.inode, file.reuse)
 
-    def _give_back(self, mapping: _Mapping) -> None:
+    def _give_back(self, mapping: _Mapping) -> bool:
         """A task is done with ``mapping``: kept for the next task on the same memfd if nothing
         refers to it any more and no page of it was written (else let go: unmapped when its
         last view goes), for ``IDLE_SECONDS`` at most: the agent may have let go of the memfd,
-        whose memory this mapping holds."""
+        whose memory this mapping holds. Whether nothing refers to it any more (no task will
+        read it again: a lent memfd may then be written by its client)."""
+        unreferenced = mapping.unreferenced()
+        key = (mapping.inode, mapping.size)
         with self._lock:
-            if (not mapping.reuse or mapping.inode in self._idle or not mapping.unreferenced()
+            if (not mapping.reuse or key in self._idle or not unreferenced
                     or not self._clean(mapping)):
-                return
-            self._idle[mapping.inode] = (mapping, time.monotonic())
+                return unreferenced
+            self._idle[key] = (mapping, time.monotonic())
             while len(self._idle) > IDLE_KEPT:
                 self._idle.popitem(last=False)
             if self._reaper is None:
                 self._reaper = threading.Thread(target=self._reap, name="maps-reaper",
                                                 daemon=True)
                 self._reaper.start()
+        return True
 
     def _reap(self) -> None:
         """Let idle mappings go once ``IDLE_SECONDS`` old; ends when none is left."""
@@ -269,8 +276,8 @@ class MapsReceiver:
             time.sleep(IDLE_SECONDS / 4)
             with self._lock:
                 old = time.monotonic() - IDLE_SECONDS
-                for inode in [i for i, (_, since) in self._idle.items() if since < old]:
-                    del self._idle[inode]
+                for key in [k for k, (_, since) in self._idle.items() if since < old]:
+                    del self._idle[key]
                 if not self._idle:
                     self._reaper = None
                     return
@@ -324,15 +331,18 @@ _ALONE = 2
 class Lease:
     """A task's buffers with each ``MappedFile`` mapped, for the task's run; afterwards each
     mapping is kept for the next task on the same memfd when that is safe (see
-    ``MapsReceiver._give_back``). The caller drops its references to them by the end. A class,
-    not a generator: every task of a worker goes through it, most with nothing to map."""
+    ``MapsReceiver._give_back``), and ``let_go`` says whether nothing refers to any of them any
+    more. The caller drops its references to them by the end. A class, not a generator: every
+    task of a worker goes through it, most with nothing to map."""
 
-    __slots__ = ("_buffers", "_ready", "_taken")
+    __slots__ = ("_buffers", "_ready", "_taken", "let_go")
 
     def __init__(self, buffers: Sequence[Any]) -> None:
         self._buffers = buffers
         self._ready: list[Any] = []
         self._taken: list[tuple[MapsReceiver, _Mapping]] = []
+        #: After the lease: no view, array or result of the task refers to a mapping of it.
+        self.let_go = False
 
     def __enter__(self) -> Sequence[Any]:
         buffers = self._buffers
@@ -348,9 +358,11 @@ class Lease:
 
     def __exit__(self, *_: object) -> None:
         self._ready.clear()
+        let_go = True
         for receiver, mapping in self._taken:
-            receiver._give_back(mapping)
+            let_go = receiver._give_back(mapping) and let_go
         self._taken.clear()
+        self.let_go = let_go
 
 
 def _open_pagemap() -> int | None:

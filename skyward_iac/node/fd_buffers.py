@@ -14,16 +14,25 @@ first bytes (its header), all of them in one ``sendmsg``. The agent reads such a
 ``recvmsg`` (``DescriptorReader``: a plain ``recv`` would have the kernel close them unseen),
 noting where in the stream each batch of descriptors came. A frame's descriptors must have
 come while its head was read, exactly as many as it declares, at most ``MAX_DESCRIPTORS``;
-each must be a memfd of the declared size sealed against writes (``F_SEAL_WRITE`` or
+each must be a memfd of at least the declared size sealed against writes (``F_SEAL_WRITE`` or
 ``F_SEAL_FUTURE_WRITE``) and shrinking. Anything else (descriptors before the token, stray
-ones, too many, a pipe, an unsealed or wrong-sized memfd) is a ``ProtocolError``: the
+ones, too many, a pipe, an unsealed or too small memfd) is a ``ProtocolError``: the
 connection is closed, and every descriptor received on it is closed with it.
 
-What the seals guarantee: nobody can write the memfd, shrink it or (from our client) grow it
-any more, so what a worker maps stays as it was sent. With ``F_SEAL_FUTURE_WRITE`` alone (which
-the agent accepts, as it uses it itself) a writable mapping the sender made before sealing could
-still write: only a process of the agent's own user holding the token can send one, and such a
-process could change the agent's memory anyway (``ptrace``).
+A *lent* memfd (``LENT`` set beside ``DESCRIPTOR``: remote/memfd_arena.py) is one the client
+will write again for a later task, through the one writable mapping it made before sealing
+it with ``F_SEAL_FUTURE_WRITE``: it does so only after the task's ``Result`` said
+``let_go`` (the worker holds nothing of it any more). A lent memfd may be larger than the
+buffer (a size class): only the declared bytes are mapped. Its worker keeps its mapping for
+the next task on it (``Mapped.reuse``), as it does a kept argument's.
+
+What the seals guarantee: nobody can shrink the memfd (a worker's mapping can never fault
+past its end), grow it (from our client) or write it through ``write`` or a new mapping. With
+``F_SEAL_FUTURE_WRITE`` alone (which the agent accepts, as it uses it itself) a writable
+mapping the sender made before sealing still writes: our client's lent memfds are written so,
+between their tasks; a process of the agent's own user holding the token could send such a
+memfd and write it mid-task, but such a process could change the agent's memory anyway
+(``ptrace``): it would only hurt its own tasks.
 
 Only the local socket carries descriptors, and a client sends them only to an agent whose
 ``Welcome`` says it takes them (``Welcome.descriptors``): an older agent, or any TLS or SSH
@@ -45,6 +54,10 @@ from skyward_iac.node import protocol
 
 #: Set in a size-table entry: that buffer comes as a descriptor, of the size in the other bits.
 DESCRIPTOR = 1 << 63
+#: Set with ``DESCRIPTOR``: the client lends that memfd and will write it again once the task
+#: let go of it (see the module doc).
+LENT = 1 << 62
+_FLAGS = DESCRIPTOR | LENT
 #: At most this many descriptors in one frame (more are refused).
 MAX_DESCRIPTORS = 64
 #: Buffers at least this large go as descriptors (smaller ones cost less as bytes).
@@ -170,15 +183,15 @@ def position(stream: Any, reader: DescriptorReader | None) -> int:
 
 
 def described(sizes: list[int]) -> bool:
-    """Whether a size table says any buffer comes as a descriptor (pure)."""
-    return any(size & DESCRIPTOR for size in sizes)
+    """Whether a size table says any buffer comes as a descriptor, or is lent (pure)."""
+    return any(size & _FLAGS for size in sizes)
 
 
 def claim(reader: DescriptorReader | None, stream: Any, start: int, sizes: list[int],
           wrap: Callable[[int, int], Any]) -> list[Any] | None:
     """For the frame whose head was read from ``start`` up to here, with size table ``sizes``,
     from ``stream`` over ``reader`` (``reader_of``): each buffer that comes as a descriptor,
-    checked and given to ``wrap(fd, size)`` (which owns the descriptor from then on:
+    checked and given to ``wrap(fd, size, lent)`` (which owns the descriptor from then on:
     ``relay.Arriving.of_memfd``), None for each whose bytes follow; None instead of the list
     when no buffer comes as a descriptor. ``ProtocolError`` (every descriptor taken closed)
     for descriptors out of place, missing or too many, or one that is not a sealed memfd of
@@ -187,9 +200,11 @@ def claim(reader: DescriptorReader | None, stream: Any, start: int, sizes: list[
         # Most frames: none came, none is declared. (``_batches`` grows only in the reading
         # thread, which is this one.)
         return None
-    wanted = [size & ~DESCRIPTOR for size in sizes if size & DESCRIPTOR]
+    wanted = [size & ~_FLAGS for size in sizes if size & DESCRIPTOR]
     if reader is None:
         raise protocol.ProtocolError("descriptors declared on a connection without them")
+    if any(size & _FLAGS == LENT for size in sizes):  # (the connection's close discards all)
+        raise protocol.ProtocolError("a buffer said to be lent does not come as a descriptor")
     batches = reader.take_through(position(stream, reader))
     fds = [fd for _, batch in batches for fd in batch]
     try:
@@ -207,8 +222,9 @@ def claim(reader: DescriptorReader | None, stream: Any, start: int, sizes: list[
         return None  # those that wait came with a later frame's bytes (read ahead)
     handed: list[Any] = []
     try:
+        lent = [bool(size & LENT) for size in sizes if size & DESCRIPTOR]
         for at, (fd, size) in enumerate(zip(fds, wanted, strict=True)):
-            handed.append(wrap(fd, size))
+            handed.append(wrap(fd, size, lent[at]))
     except BaseException:
         _close_all(fds[at + 1:])
         raise
@@ -217,8 +233,9 @@ def claim(reader: DescriptorReader | None, stream: Any, start: int, sizes: list[
 
 
 def check(fd: int, size: int) -> None:
-    """``ProtocolError`` unless ``fd`` is a memfd of ``size`` bytes sealed against writing and
-    shrinking (so what the agent and its workers map can neither change nor vanish)."""
+    """``ProtocolError`` unless ``fd`` is a memfd of at least ``size`` bytes sealed against
+    writing and shrinking (so what the agent and its workers map can neither vanish nor, but
+    for a lent one between tasks, change)."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise protocol.ProtocolError("a handed-over buffer is not a memfd")
@@ -228,7 +245,7 @@ def check(fd: int, size: int) -> None:
         raise protocol.ProtocolError("a handed-over buffer is not a sealable memfd") from exc
     if not seals & _NO_WRITE or not seals & fcntl.F_SEAL_SHRINK:
         raise protocol.ProtocolError("a handed-over memfd is not sealed against writes")
-    if info.st_size != size or size < DESCRIPTOR_MIN:
+    if info.st_size < size or size < DESCRIPTOR_MIN:
         raise protocol.ProtocolError(
             f"a handed-over memfd holds {info.st_size} bytes, its frame says {size}")
 

@@ -107,18 +107,22 @@ class Failure:
 @dataclass(frozen=True, slots=True)
 class Result:
     """A task's outcome: ``value`` (a pickle whose out-of-band buffers are ``buffers``) or
-    ``failure``; ``duration`` is how long the function ran on the node (seconds)."""
+    ``failure``; ``duration`` is how long the function ran on the node (seconds); ``let_go``:
+    the worker holds nothing of the memfds it was handed for the task any more, so its client
+    may write a lent one again (node/fd_buffers.py)."""
 
     task_id: int
     value: bytes | None = None
     failure: Failure | None = None
     buffers: tuple[Any, ...] = ()
     duration: float = 0.0
+    let_go: bool = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         buffers = self.buffers  # most results have none: no call
         return (Result, (self.task_id, self.value, self.failure,
-                         _out_of_band(buffers) if buffers else buffers, self.duration))
+                         _out_of_band(buffers) if buffers else buffers, self.duration,
+                         self.let_go))
 
 
 @dataclass(frozen=True, slots=True)

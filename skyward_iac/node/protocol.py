@@ -48,8 +48,9 @@ COMPRESS_SAMPLE = 65536
 OUT_OF_BAND_MIN = 65536
 MAX_FRAME = 2**32 - 1
 #: The wire's version, sent in ``Welcome``: a client refuses an agent speaking another one.
-#: 1: before ``Welcome`` carried it; 2: lz4 payloads declare their size; 3: shared arguments.
-PROTOCOL_VERSION = 3
+#: 1: before ``Welcome`` carried it; 2: lz4 payloads declare their size; 3: shared arguments;
+#: 4: lent memfds (``fd_buffers.LENT``, ``Result.let_go``).
+PROTOCOL_VERSION = 4
 #: The first frame (the token) must be RAW and at most this long: nothing larger is read
 #: from a peer that has not proved it holds the token.
 MAX_TOKEN_FRAME = 4096
@@ -375,6 +376,7 @@ class Channel:
 
     def send_raw(self, data: bytes) -> None:
         self._write(encode_raw(data))
+
     def send_frames(self, frames: list[Any]) -> None:  # a frame received, passed on as it is
         self._write(frames)
 

@@ -77,6 +77,8 @@ class Arriving(mmap.mmap):
 
     arrived: int
     lost: bool
+    #: Whether its client lends the memfd (node/fd_buffers.py): a worker keeps its mapping.
+    lent: bool
     #: The memfd (None: anonymous memory).
     fd: int | None
     _changed: threading.Condition
@@ -101,15 +103,17 @@ class Arriving(mmap.mmap):
             weakref.finalize(self, os.close, fd)
         self.arrived = 0
         self.lost = False
+        self.lent = False
         self._changed = threading.Condition()
         self._wanted = 0  # how many bytes its forwarding send waits for
         self._sealed = False
         return self
 
     @classmethod
-    def of_memfd(cls, fd: int, size: int) -> Self:
+    def of_memfd(cls, fd: int, size: int, lent: bool = False) -> Self:
         """One that came whole as ``fd``, a memfd its sender sealed (node/fd_buffers.py,
-        checked there), owned from now on: its workers are handed this same memfd."""
+        checked there; ``lent``: one its client will write again once the task let go of it),
+        owned from now on: its workers are handed this same memfd."""
         try:
             # Private: a shared mapping of a write-sealed memfd is refused before Linux 6.7.
             self = mmap.mmap.__new__(cls, fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
@@ -117,6 +121,7 @@ class Arriving(mmap.mmap):
             os.close(fd)
             raise
         self.fd, self.arrived, self.lost, self._wanted, self._sealed = fd, size, False, 0, True
+        self.lent = lent
         self._changed = threading.Condition()
         weakref.finalize(self, os.close, fd)
         return self

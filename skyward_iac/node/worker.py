@@ -75,14 +75,19 @@ def describe_failure(exc: BaseException) -> Failure:
 
 
 def run_task(task: Task) -> Result:
-    """Unpickle and call a task's function; never raises. A kept argument is mapped for the
-    call alone (node/buffer_maps.py)."""
+    """Unpickle and call a task's function; never raises. A handed-over argument is mapped for
+    the call alone (node/buffer_maps.py); the result says when nothing refers to it after."""
     started = time.perf_counter()
     try:
         if not task.buffers:  # most tasks: nothing to map
             return _call(task, (), started)
-        with Lease(task.buffers) as buffers:
-            return _call(task, buffers, started)  # its frame, and references, end here
+        lease = Lease(task.buffers)
+        with lease as buffers:
+            result = _call(task, buffers, started)  # its frame, and references, end here
+        if not lease.let_go:
+            return result
+        return Result(result.task_id, result.value, result.failure, result.buffers,
+                      result.duration, let_go=True)
     except BaseException as exc:  # noqa: BLE001 - mapping it failed: the task fails
         return Result(task.task_id, failure=describe_failure(exc),
                       duration=time.perf_counter() - started)

@@ -47,7 +47,7 @@ from skyward_iac.node.messages import (
     Welcome,
 )
 from skyward_iac.node.protocol import ByteStream
-from skyward_iac.remote import fd_channel, shared_buffers
+from skyward_iac.remote import fd_channel, memfd_arena, shared_buffers
 from skyward_iac.remote.callback_lanes import Lane, call_back, done_on_loop, quiet_on_loop
 from skyward_iac.remote.deadlines import Deadlines
 from skyward_iac.remote.outcomes import fail, outcome_of, settle
@@ -116,6 +116,8 @@ class AgentClient:
         self._deadlines = Deadlines(self._loop, lambda: self._pending, self._take, self._timed_out)
         self._closed = False
         self._lane = Lane()
+        #: The memfds lent to the tasks sent (remote/memfd_arena.py; None: none are).
+        self._loans: memfd_arena.Loans | None = None
         self.welcome = self._handshake(token)
         self._wire = wire_stream(stream)
         reading = Reading(self._wire, self._frames, self._ended) if self._wire else None
@@ -126,6 +128,7 @@ class AgentClient:
         else:
             # The channel only writes to it (``sendall``): the loop does the reading.
             self._channel = fd_channel.channel(stream, self.welcome, reading.stream)
+            self._loans = fd_channel.loans_of(self._channel)
             self._loop.register(reading)
 
     def _handshake(self, token: str) -> Welcome:
@@ -212,6 +215,9 @@ class AgentClient:
 
     def _timed_out(self, due: list[tuple[Submission, float]]) -> None:
         """On the loop: tasks past their deadline (taken already); the lane fails them."""
+        if self._loans:
+            for entry, _ in due:
+                self._loans.ended(entry.task_id, let_go=False)  # it may still be reading
         self._lane.run(self._fail_timed_out, due)
 
     def _fail_timed_out(self, due: list[tuple[Submission, float]]) -> None:
@@ -247,6 +253,8 @@ class AgentClient:
             taken, self._pending = list(self._pending.values()), {}
             self.pace.holding.clear()
         self._deadlines.close()
+        if self._loans is not None:
+            self._loans.close()
         return taken
 
     def _take(self, task_id: int) -> Submission | None:
@@ -317,6 +325,8 @@ class AgentClient:
         """Take ``result``'s task and resolve its future here or on the lane; False when it
         was not pending (timed out already)."""
         entry = self._take(result.task_id)
+        if self._loans:
+            self._loans.ended(result.task_id, result.let_go)
         if entry is None:
             return False
         self.pace.record(entry.name, elapsed=time.monotonic() - entry.sent_at,

@@ -2,9 +2,12 @@
 Unix socket as a sealed memfd, not as its bytes (node/fd_buffers.py has the wire and the
 agent's checks).
 
-A frame (``protocol.encode``: header, payload, size table, then one view per out-of-band buffer)
-is rewritten before it is sent: each buffer of at least ``fd_buffers.DESCRIPTOR_MIN`` bytes (up
-to ``fd_buffers.MAX_DESCRIPTORS`` a frame) is written once into a fresh memfd, sealed, marked in
+A task's large plain buffers are first copied into memfds the client reuses, lent to the task
+until it ends (``memfd_arena.Loans``: ``send_many``). Then a frame (``protocol.encode``: header,
+payload, size table, then one view per out-of-band buffer) is rewritten before it is sent: each
+buffer of at least ``fd_buffers.DESCRIPTOR_MIN`` bytes (up to ``fd_buffers.MAX_DESCRIPTORS`` a
+frame) goes as a descriptor: a lent slot's, marked ``LENT``, or else (a shared argument the
+agent will keep, or with the arena off) a fresh memfd written once and sealed; it is marked in
 the size table and dropped from the bytes; the descriptors go with the frame's head in one
 ``sendmsg`` and are closed here once sent (the agent holds its own). The memfds are filled
 before the channel's send lock is taken, so a 100 MB copy does not hold up other senders.
@@ -24,6 +27,7 @@ from typing import Any
 
 from skyward_iac.api.switches import switched_on
 from skyward_iac.node import fd_buffers, protocol
+from skyward_iac.remote import memfd_arena
 
 ENABLED_ENV = "SKYWARD_LOCAL_DESCRIPTORS"
 #: Seconds a send of a frame's head waits at a time for room in the socket.
@@ -44,12 +48,25 @@ def channel(stream: Any, welcome: Any, writer: Any = None) -> protocol.Channel:
     return protocol.Channel(stream, writer)
 
 
+def loans_of(channel: protocol.Channel) -> memfd_arena.Loans | None:
+    """The slots lent to the tasks sent on ``channel`` (None: it lends none)."""
+    return channel.loans if isinstance(channel, DescriptorChannel) else None
+
+
 class DescriptorChannel(protocol.Channel):
     """A ``protocol.Channel`` on a Unix socket whose large buffers go as sealed memfds."""
 
     def __init__(self, sock: socket.socket, writer: Any = None) -> None:
         super().__init__(sock, writer)
         self.sock = sock
+        #: The slots its tasks hold (None: the arena is off).
+        self.loans = (memfd_arena.Loans(memfd_arena.arena()) if memfd_arena.enabled()
+                      else None)
+
+    def send_many(self, messages: Any) -> None:
+        if self.loans is not None:
+            messages = self.loans.lend(messages)
+        super().send_many(messages)
 
     def _write(self, frames: list[Any]) -> None:
         if len(frames) < 4:  # no out-of-band buffer (header, payload): the round trip's case
@@ -90,8 +107,13 @@ def as_descriptors(frames: list[Any]) -> tuple[list[Any], list[Any], list[int]]:
     fds: list[int] = []
     try:
         for i in large:
-            fds.append(sealed_memfd(views[i]))
-            sizes[i] |= fd_buffers.DESCRIPTOR
+            slot = memfd_arena.lent_slot(views[i])
+            if slot is not None:
+                fds.append(os.dup(slot.fd))
+                sizes[i] |= fd_buffers.DESCRIPTOR | fd_buffers.LENT
+            else:
+                fds.append(sealed_memfd(views[i]))
+                sizes[i] |= fd_buffers.DESCRIPTOR
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -104,12 +126,9 @@ def as_descriptors(frames: list[Any]) -> tuple[list[Any], list[Any], list[int]]:
 
 def sealed_memfd(buffer: Any) -> int:
     """A new memfd holding ``buffer``'s bytes, sealed against any change (one copy)."""
-    fd = os.memfd_create(fd_buffers.MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    with memoryview(buffer) as view, view.cast("B") as data:
+        fd = memfd_arena.written_memfd(data, data.nbytes)
     try:
-        with memoryview(buffer) as view, view.cast("B") as data:
-            written = 0
-            while written < data.nbytes:
-                written += os.pwrite(fd, data[written:], written)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fd_buffers.CLIENT_SEALS)
     except BaseException:
         os.close(fd)
