@@ -7,7 +7,12 @@ keeps what it was sent (skyward_iac keeps large arguments by content on each nod
 may keep objects) therefore gets no repeat for free: this figure is the wire's, for one call.
 An argument shared by many calls is bench/shared_args.py's figure.
 
-A 1 KB call first warms up; then the median of 3 calls.
+A few 1 KB calls first warm every worker up (a call may land on any of them, and a worker's
+first call of a function imports numpy); then the median of 5 calls. Each call's figure is kept in
+``calls`` (run.py logs them): over a Local node's Unix socket skyward_iac writes the first into
+a new memfd and later ones into that same memfd, given back by the first call's task
+(remote/memfd_arena.py), so the first is what a lone call gets and the median what calls after
+calls get.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import workloads
 from common import Row, System, repeat_until, timed
 
 MEGABYTES = 100
+#: Each measured call's MB/s, in order, of the last ``measure``.
+calls: list[float] = []
 
 
 def fresh_array(megabytes: int, serial: int) -> np.ndarray:
@@ -29,7 +36,7 @@ def fresh_array(megabytes: int, serial: int) -> np.ndarray:
 
 def measure(system: System, megabytes: int = MEGABYTES) -> float:
     """MB/s of a call carrying a fresh ``megabytes`` float64 array (its sum is checked)."""
-    system.call(workloads.array_sum, np.arange(128, dtype=np.float64))
+    system.map(workloads.array_sum, [np.arange(128, dtype=np.float64)] * 8)
     serials = itertools.count()
 
     def once() -> float:
@@ -39,9 +46,11 @@ def measure(system: System, megabytes: int = MEGABYTES) -> float:
         elapsed = timed(lambda: result.append(system.call(workloads.array_sum, array)))
         if result[0] != expected:
             raise AssertionError(f"{system.name} returned a wrong sum")
-        return array.nbytes / 2**20 / elapsed
+        calls.append(array.nbytes / 2**20 / elapsed)
+        return calls[-1]
 
-    return repeat_until(once, times=3, budget=20.0)
+    calls.clear()
+    return repeat_until(once, times=5, budget=20.0)
 
 
 def rows(results: dict[str, float]) -> list[Row]:

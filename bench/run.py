@@ -86,7 +86,8 @@ def dispatch_figures(names: list[str], figures: set[int]) -> tuple[list[Row], di
                 say(f"{name}: {tput[name]:.0f} tasks/s")
             if 3 in figures:
                 bulk_rates[name] = bulk.measure(system)
-                say(f"{name}: {bulk_rates[name]:.0f} MB/s")
+                each = ", ".join(f"{rate:.0f}" for rate in bulk.calls)
+                say(f"{name}: {bulk_rates[name]:.0f} MB/s (the calls: {each})")
             if 5 in figures and hasattr(system, "collections"):
                 shared[name] = collection_ops.measure(system)
                 say(f"{name}: collections {shared[name]}")
