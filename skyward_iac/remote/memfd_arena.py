@@ -53,6 +53,8 @@ SLOT_SEALS = (fd_buffers._F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SE
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14; Python 3.11 has no name for it).
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _PAGE = mmap.PAGESIZE
+#: Bytes copied into a slot at a time (the GIL is held for each piece).
+_FILL_PIECE = 4 << 20
 
 
 def enabled() -> bool:
@@ -102,7 +104,11 @@ class Slot(mmap.mmap):
             except OSError:
                 pass  # an older kernel: the copy faults them in
             self.populated = start + length
-        self[:data.nbytes] = data
+        # In pieces: a slice assignment copies holding the GIL, and 100 MiB at once would stall
+        # every other thread of the client (the wire loop among them) for ~25 ms.
+        for start in range(0, data.nbytes, _FILL_PIECE):
+            end = min(start + _FILL_PIECE, data.nbytes)
+            self[start:end] = data[start:end]
 
     def view(self, nbytes: int) -> memoryview:
         """Its first ``nbytes``, to send."""
