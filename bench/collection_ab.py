@@ -3,7 +3,7 @@ turns, so a burst of load from elsewhere hits every contender alike.
 
     .venv/bin/python bench/collection_ab.py [--kinds lock,queue,counter] [--seconds 12]
         [--window 0.2] [--client NAME=VAR=VALUE[,VAR=VALUE]]... [--etcd NAME=VAR=VALUE]...
-        [--no-dask] [--unix]
+        [--no-dask] [--unix] [--tree NAME=PATH]...
 
 Each ``--etcd`` starts one more etcd (the launcher's own ``etcd_server.start``, mutual TLS,
 ``--unsafe-no-fsync``, the binary a Local pool's head runs: tools/etcd/build.sh's when built)
@@ -13,7 +13,9 @@ is always there; ``SKYWARD_ETCD_BIN`` there picks another etcd binary (``etcd3.5
 ``--unix``: the default etcd also serves gRPC on its unix socket, as a Local pool's head does,
 and one more contender (``etcd:default-unix``) uses it instead of TLS over loopback TCP. Each
 ``--client`` adds a client process with extra environment (e.g.
-``eeoff=GRPC_EXPERIMENTS=-event_engine_client``) against the default etcd; every etcd besides
+``eeoff=GRPC_EXPERIMENTS=-event_engine_client``) against the default etcd; each ``--tree``
+one running another source tree's ``skyward_iac`` (before/after a change, in the same turns);
+every etcd besides
 the default gets a plain client. With Dask (the default) one more process drives
 ``distributed.Lock``/``Queue`` against a ``LocalCluster`` scheduler started here.
 
@@ -22,7 +24,9 @@ then hands over, until ``--seconds`` of turns are spent. Prints per contender an
 operations per second over its turns, the client's CPU per operation and the server's (the
 etcd process, or this process for Dask's scheduler) from /proc: CPU per operation barely moves
 with others' load, the wall clock does. A lock operation is an acquire and a release, a queue
-operation a put and a get (``get(timeout=5)``), a counter operation a strong increment.
+operation a put and a get (``get(timeout=5)``), a counter operation a strong increment;
+``lock2`` is a lock contended by two processes at once (each contender starts a second one;
+their pairs per second summed, their CPU per pair together), as figure 5's "lock, 2 nodes".
 """
 
 from __future__ import annotations
@@ -55,39 +59,69 @@ def cpu(pid):
 if spec["kind"] == "dask":
     from distributed import Client, Lock, Queue
     client = Client(spec["scheduler"])
-    lock, queue = Lock("ab-lock"), Queue("ab-queue")
+    lock, lock2, queue = Lock("ab-lock"), Lock("ab-lock2"), Queue("ab-queue")
     ops = {"lock": lambda: (lock.acquire(), lock.release()),
+           "lock2": lambda: (lock2.acquire(), lock2.release()),
            "queue": lambda: (queue.put(1), queue.get(timeout=5))}
 else:
     from skyward_iac.collections import BackendConfig, connect
     etcd = spec["etcd"]
     backend = connect(BackendConfig(endpoints=(etcd["endpoint"],), job_id=spec["name"],
                                     ca_pem=etcd["ca"], cert_pem=etcd["cert"], key_pem=etcd["key"]))
-    lock, queue = backend.lock("ab-lock"), backend.queue("ab-queue")
+    lock, lock2 = backend.lock("ab-lock"), backend.lock("ab-lock2")
+    queue = backend.queue("ab-queue")
     counter = backend.counter("ab-counter", consistency="strong")
     ops = {"lock": lambda: (lock.acquire(), lock.release()),
+           "lock2": lambda: (lock2.acquire(), lock2.release()),
            "queue": lambda: (queue.put(1), queue.get(timeout=5)), "counter": counter.increment}
+
+def run(op, window):
+    """(operations, seconds, own CPU seconds) of ``window`` seconds of ``op`` in a loop."""
+    own0, started, count = time.process_time(), time.perf_counter(), 0
+    while time.perf_counter() < started + window:
+        op()
+        count += 1
+    return count, time.perf_counter() - started, time.process_time() - own0
+
+if spec.get("partner"):  # the second process of "lock2": a window of it per line read
+    for line in sys.stdin:
+        print(json.dumps(run(ops["lock2"], float(line))), flush=True)
+    sys.exit(0)
+partner = None
+if "lock2" in spec["kinds"]:
+    import subprocess
+    partner = subprocess.Popen([sys.executable, "-c", spec["script"],
+                                json.dumps({**spec, "partner": True})],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 results = {}
 for kind in spec["kinds"]:
     op = ops.get(kind)
     for _ in range(20 if op else 0):
         op()
-    done = elapsed = own = server = 0.0
+    # [operations, seconds] of this process and of the partner; CPU of both, the server's
+    done, others, own, server = [0.0, 0.0], [0.0, 0.0], 0.0, 0.0
     for _ in range(spec["turns"]):
         os.read(spec["token_in"], 1)
         if op is not None:
-            server0, own0, started, count = cpu(spec["server_pid"]), time.process_time(), time.perf_counter(), 0
-            while time.perf_counter() < started + spec["window"]:
-                op()
-                count += 1
-            elapsed += time.perf_counter() - started
-            own += time.process_time() - own0
+            server0 = cpu(spec["server_pid"])
+            if kind == "lock2":  # both processes on one lock at once; pairs/s summed
+                partner.stdin.write(f"{spec['window']}\n")
+                partner.stdin.flush()
+            count, elapsed, used = run(op, spec["window"])
+            if kind == "lock2":
+                other, other_elapsed, other_used = json.loads(partner.stdout.readline())
+                others, own = [others[0] + other, others[1] + other_elapsed], own + other_used
             server += cpu(spec["server_pid"]) - server0
-            done += count
+            done, own = [done[0] + count, done[1] + elapsed], own + used
         os.write(spec["token_out"], b".")
-    if done:
-        results[kind] = {"ops_s": done / elapsed, "client_ms": own / done * 1e3,
-                         "server_ms": server / done * 1e3}
+    if done[0]:
+        rate = done[0] / done[1] + (others[0] / others[1] if others[1] else 0.0)
+        total = done[0] + others[0]
+        results[kind] = {"ops_s": rate, "client_ms": own / total * 1e3,
+                         "server_ms": server / total * 1e3}
+if partner is not None:
+    partner.stdin.close()
+    partner.wait(30)
 print(json.dumps(results), flush=True)
 '''
 
@@ -142,6 +176,10 @@ def main() -> None:
     parser.add_argument("--no-dask", action="store_true")
     parser.add_argument("--unix", action="store_true",
                         help="also a contender on the default etcd's unix socket")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                        help="also a contender running the skyward_iac of another source tree "
+                             "(e.g. a `git archive` of an older commit) against the default "
+                             "etcd (its unix socket with --unix)")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     from skyward_iac.node import etcd_server
@@ -163,6 +201,11 @@ def main() -> None:
         contenders += [{"name": f"client:{name}", "kind": "sky", "etcd": etcds["default"],
                         "server_pid": etcds["default"]["pid"], "env": env}
                        for name, env in args.client]
+        endpoint = etcds["default"]["socket"] if args.unix else etcds["default"]["endpoint"]
+        contenders += [{"name": f"tree:{name}", "kind": "sky", "root": path,
+                        "etcd": {**etcds["default"], "endpoint": endpoint},
+                        "server_pid": etcds["default"]["pid"], "env": {}}
+                       for name, path in (tree.split("=", 1) for tree in args.tree)]
         if not args.no_dask:
             from distributed import LocalCluster
 
@@ -172,7 +215,8 @@ def main() -> None:
         pipes = [os.pipe() for _ in contenders]  # contender i reads pipes[i], writes pipes[i + 1]
         for index, contender in enumerate(contenders):
             token_in, token_out = pipes[index][0], pipes[(index + 1) % len(pipes)][1]
-            spec = {**contender, "root": str(ROOT), "kinds": kinds, "window": args.window,
+            spec = {"root": str(ROOT), **contender, "kinds": kinds, "window": args.window,
+                    "script": _CONTENDER,
                     "turns": max(1, round(args.seconds / args.window / len(contenders))),
                     "token_in": token_in, "token_out": token_out}
             processes.append(subprocess.Popen(

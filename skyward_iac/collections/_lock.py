@@ -9,10 +9,9 @@ import threading
 import time
 from types import TracebackType
 
-from pyetcd.events import DeleteEvent
-
 from skyward_iac.api.errors import CollectionError
 from skyward_iac.collections.base import Collection, async_twin, check_timeout
+from skyward_iac.collections.deletions import Deletions, Vanished, deletions_of
 from skyward_iac.collections.session import LeaseSession
 from skyward_iac.collections.slots import slots_of
 from skyward_iac.collections.store import Store
@@ -28,10 +27,12 @@ class Lock(Collection):
 
     etcd's own recipe: every contender puts a key under the lock's prefix, attached to its
     process's lease; the key with the oldest create revision holds the lock (first come first
-    served). A waiter keeps one watch on the prefix, lists it once the watch is open, and
-    crosses off the claims ahead of it as their deletes arrive, with no listing per wake-up
-    (etcd's recipe watches only the key just ahead and lists again after each delete; here
-    every waiter is sent the lock's changes instead, which costs no round trip). A holder that
+    served). A waiter crosses off the claims ahead of it as their deletes arrive on one
+    watch of the lock's deletes, with no listing per wake-up (etcd's recipe watches only the
+    key just ahead and lists again after each delete; here every waiter is sent the lock's
+    deletes instead, which costs no round trip). The watch stays open while the lock is
+    contended (see ``deletions``): a claim made while it is open waits with no round trip
+    beyond the claim's own (which lists the contenders). A holder that
     dies stops refreshing its lease, etcd deletes its key after the lease TTL, and
     the next waiter proceeds. Not reentrant.
 
@@ -62,54 +63,53 @@ class Lock(Collection):
         owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}".encode()
         # The claim and the look at the contenders are one round trip. (If it fails the claim
         # may still have landed: the slot is never handed out again.)
-        mine, contenders = self._store.write_and_list(key, owner, lease=lease)
-        try:
-            listed = {kv.key.decode() for kv in contenders.kvs}
-            if key not in listed:
-                raise self._vanished()
-            if any(kv.create_revision < mine for kv in contenders.kvs):
-                self._wait_out(key, mine, deadline, limit)
-            with self._mutex:
-                self._held = key
-            with _claims_lock:
-                _claims[(self._store.prefix, threading.get_ident())] = key
-            return True
-        except BaseException:
-            # Withdraw, or the next waiter waits for us until our lease ends with the process.
-            with contextlib.suppress(CollectionError):
-                self._delete(key)
-            raise
+        deletions = deletions_of(self._store)
+        with deletions.following() as generation:
+            mine, contenders = self._store.write_and_list(key, owner, lease=lease)
+            try:
+                if not any(kv.key.decode() == key for kv in contenders.kvs):
+                    raise self._vanished()
+                # By create revision, not by name: a key ahead may be deleted and claimed
+                # again (keys are reused), and the new claim is younger than ours.
+                ahead = {kv.key.decode() for kv in contenders.kvs if kv.create_revision < mine}
+                if ahead:
+                    self._wait_out(deletions, generation, ahead, key, mine, deadline, limit)
+                with self._mutex:
+                    self._held = key
+                with _claims_lock:
+                    _claims[(self._store.prefix, threading.get_ident())] = key
+                return True
+            except BaseException:
+                # Withdraw, or the next waiter waits for us until our lease ends with the process.
+                with contextlib.suppress(CollectionError):
+                    self._delete(key)
+                raise
 
-    def _wait_out(self, key: str, mine: int, deadline: float, limit: float) -> None:
-        """Waits until every claim older than ours (created before revision ``mine``) is
-        deleted, on one watch of the lock's prefix: deletions are read as they come, with no
-        listing after each (a released, withdrawn or expired claim is a delete event). The
-        watch starts from now (see ``EtcdClient.changes``: one from the claim's revision is
-        served up to 100 ms late); one listing once it is open names the claims still ahead.
-        Claims made later are younger than ours: the set ahead can only shrink. Raises if our
-        own claim is deleted."""
-        client = self._store.client
-        with client.changes(self._store.prefix, prefix=True) as changes:
-            listed = client.range(self._store.prefix, prefix=True, keys_only=True).kvs
-            if not any(kv.key.decode() == key for kv in listed):
-                raise self._vanished()
-            # By create revision, not by name: a key ahead may be deleted and claimed again
-            # (keys are reused), and the new claim is younger than ours.
-            ahead = {kv.key.decode() for kv in listed if kv.create_revision < mine}
-            while ahead:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+    def _wait_out(self, deletions: Deletions, generation: int | None, ahead: set[str], key: str,
+                  mine: int, deadline: float, limit: float) -> None:
+        """Waits until every claim of ``ahead`` (older than ours, made at revision ``mine``) is
+        deleted: a released, withdrawn or expired claim is a delete event. With the lock's
+        deletes watch open before our claim (``generation``) the claim's own listing is
+        enough; otherwise (or when that watch ends) the watch is opened from now and one
+        listing names the claims still ahead (a watch from the claim's revision is served up
+        to 100 ms late: see ``EtcdClient.changes``). Claims made later are younger than ours:
+        the set ahead can only shrink. Raises if our own claim is deleted."""
+        try:
+            while generation is None or not deletions.wait(generation, ahead, key, mine,
+                                                           deadline):
+                if time.monotonic() >= deadline:
                     raise TimeoutError(
                         f"lock {self.name!r} is still held by another task after {limit:g}s; "
                         "pass a larger timeout to sky.lock(...) or acquire(timeout=...)"
                     )
-                for event in changes.next(remaining) or ():
-                    if not isinstance(event, DeleteEvent):
-                        continue  # a younger claim (a reused key comes back younger too)
-                    gone = event.key.decode()
-                    if gone == key:
-                        raise self._vanished()
-                    ahead.discard(gone)
+                generation = deletions.open()
+                listed = self._store.client.range(self._store.prefix, prefix=True,
+                                                  keys_only=True).kvs
+                if not any(kv.key.decode() == key for kv in listed):
+                    raise self._vanished()
+                ahead = {kv.key.decode() for kv in listed if kv.create_revision < mine}
+        except Vanished:
+            raise self._vanished() from None
 
     def _vanished(self) -> CollectionError:
         return CollectionError(

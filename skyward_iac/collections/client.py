@@ -153,12 +153,16 @@ class EtcdClient:
 
     # -- watches -------------------------------------------------------------------------------
 
-    def watch(self, key: str, callback: WatchCallback, *, prefix: bool, start_revision: int) -> int:
-        """Calls ``callback`` (on pyetcd's watch thread) for every change from ``start_revision``;
-        an Exception is passed instead when the stream breaks. Returns the watch id."""
+    def watch(self, key: str, callback: WatchCallback, *, prefix: bool, start_revision: int,
+              deletes_only: bool = False) -> int:
+        """Calls ``callback`` (on pyetcd's watch thread) for every change from ``start_revision``
+        (only deletions with ``deletes_only``: etcd drops the puts before sending); an
+        Exception is passed instead when the stream breaks. Returns the watch id."""
         kwargs: dict[str, Any] = {"start_revision": start_revision or None}
         if prefix:
             kwargs["range_end"] = prefix_range_end(key.encode())
+        if deletes_only:
+            kwargs["filters"] = [etcdrpc.WatchCreateRequest.NOPUT]
         with self._errors("watch", key):
             try:
                 return int(self._etcd.watcher.add_callback(key.encode(), callback, **kwargs))

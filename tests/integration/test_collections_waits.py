@@ -110,3 +110,89 @@ def test_a_waiting_get_that_loses_an_item_waits_on_in_the_same_watch(
         waiter.join(30)
     assert got == ["kept"]
     assert calls.count("watch") == 1, calls  # was one more watch per lost race
+
+
+def _wait_behind(other: Backend, backend: Backend, name: str) -> None:
+    """``backend`` acquires ``name`` once behind ``other``'s claim, then releases it: the
+    lock's deletes watch is open in ``backend`` afterwards."""
+    prefix = backend.namespace.collection("lock", name)
+    holder = other.lock(name, timeout=30)
+    holder.acquire()
+    mine = backend.lock(name, timeout=30)
+    waiter = threading.Thread(target=mine.acquire)
+    waiter.start()
+    wait_until(lambda: int(other.client.range(prefix, prefix=True, count_only=True).count) == 2,
+               "the waiter's claim is in")
+    holder.release()
+    waiter.join(30)
+    mine.release()
+
+
+def _contend(other: Backend, backend: Backend, name: str, before_release: Any = None) -> None:
+    """``other`` holds ``name``; ``backend`` claims it in a thread, waits, and gets it once
+    ``other`` releases (after ``before_release()``, called while the waiter waits)."""
+    prefix = backend.namespace.collection("lock", name)
+    holder = other.lock(name, timeout=30)
+    holder.acquire()
+    acquired, mine = threading.Event(), backend.lock(name, timeout=60)
+    waiter = threading.Thread(target=lambda: (mine.acquire(), acquired.set()))
+    waiter.start()
+    wait_until(lambda: int(other.client.range(prefix, prefix=True, count_only=True).count) == 2,
+               "the waiter's claim is in")
+    if before_release is not None:
+        before_release()
+    time.sleep(0.2)
+    assert not acquired.is_set(), "the waiter acquired while the holder held the lock"
+    holder.release()
+    assert acquired.wait(30), "the waiter never acquired after the holder released"
+    waiter.join(30)
+    mine.release()
+
+
+def test_while_a_lock_is_contended_a_wait_costs_no_round_trip_beyond_the_claim(
+    config: BackendConfig, backend: Backend, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    with connect(config) as other:
+        _wait_behind(other, backend, "busy")
+        calls = count_calls(backend, monkeypatch)
+        _contend(other, backend, "busy")
+    # The claim (which lists the contenders) and the release: the deletes watch the last wait
+    # opened is still open. Was: the claim, a watch, a listing once it opened, the release.
+    assert calls == ["Txn", "DeleteRange"], calls
+
+
+def test_a_claim_deleted_and_made_again_before_ours_is_still_ahead(
+    config: BackendConfig, backend: Backend,  # noqa: F811
+) -> None:
+    from skyward_iac.collections.deletions import deletions_of
+
+    with connect(config) as other:
+        _wait_behind(other, backend, "again")
+        holder = other.lock("again", timeout=30)
+        # The holder releases and claims again under the same key (slots are reused) before
+        # our claim: the open watch has seen that key deleted, but before our claim's revision.
+        holder.acquire()
+        key = other.client.range(backend.namespace.collection("lock", "again"),
+                                 prefix=True).kvs[0].key.decode()
+        holder.release()
+        deletions = deletions_of(backend.lock("again")._store)
+        wait_until(lambda: key in deletions._deleted, "the watch saw the release")
+        _contend(other, backend, "again")  # the waiter does not take the held lock
+
+
+def test_a_waiter_whose_deletes_watch_breaks_opens_it_again_and_lists(
+    config: BackendConfig, backend: Backend, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    from skyward_iac.collections.deletions import deletions_of
+
+    with connect(config) as other:
+        _wait_behind(other, backend, "broken")
+        deletions = deletions_of(backend.lock("broken")._store)
+        calls = count_calls(backend, monkeypatch)
+
+        def break_the_stream() -> None:
+            deletions._on_change(deletions._generation, RuntimeError("stream reset"))
+            wait_until(lambda: calls.count("Range") == 1, "the waiter listed again")
+
+        _contend(other, backend, "broken", break_the_stream)
+    assert calls == ["Txn", "watch", "Range", "DeleteRange"], calls
