@@ -202,6 +202,9 @@ class MapsReceiver:
         #: refers to, for the next task on it, and since when it is idle (monotonic); least
         #: recently used first.
         self._idle: OrderedDict[tuple[int, int], tuple[_Mapping, float]] = OrderedDict()
+        #: Mappings tasks gave back that nothing refers to, not yet checked for written pages
+        #: (``settle``: after the task's result left, off the round trip's path).
+        self._returned: list[_Mapping] = []
         #: The thread that lets idle mappings go, while there are some.
         self._reaper: threading.Thread | None = None
         self._pagemap = _open_pagemap()
@@ -210,6 +213,7 @@ class MapsReceiver:
         """Let every idle mapping go, wait for the thread that watched them, close the socket."""
         with self._lock:
             self._idle.clear()
+            self._returned.clear()
             reaper = self._reaper
         if reaper is not None:
             reaper.join()
@@ -241,6 +245,8 @@ class MapsReceiver:
         return MappedFile(self, fds[0], ref.size, ref.reuse)
 
     def _take(self, file: MappedFile) -> _Mapping:
+        if self._returned:
+            self.settle()
         with self._lock:
             idle = self._idle.pop((file.inode, file.size), None)
         if idle is not None:
@@ -250,25 +256,35 @@ class MapsReceiver:
                                   prot=mmap.PROT_READ | mmap.PROT_WRITE), file.inode, file.reuse)
 
     def _give_back(self, mapping: _Mapping) -> bool:
-        """A task is done with ``mapping``: kept for the next task on the same memfd if nothing
-        refers to it any more and no page of it was written (else let go: unmapped when its
-        last view goes), for ``IDLE_SECONDS`` at most: the agent may have let go of the memfd,
-        whose memory this mapping holds. Whether nothing refers to it any more (no task will
-        read it again: a lent memfd may then be written by its client)."""
+        """A task is done with ``mapping``; whether nothing refers to it any more (no task will
+        read it again: a lent memfd may then be written by its client). Such a mapping of a
+        buffer later tasks may use is returned, for ``settle`` to keep or let go."""
         unreferenced = mapping.unreferenced()
-        key = (mapping.inode, mapping.size)
+        if unreferenced and mapping.reuse:
+            with self._lock:
+                self._returned.append(mapping)
+        return unreferenced
+
+    def settle(self) -> None:
+        """Keep each returned mapping for the next task on the same memfd if no page of it
+        was written (else let go: unmapped now), for ``IDLE_SECONDS`` at most: the agent may
+        have let go of the memfd, whose memory this mapping holds. The worker calls it once a
+        result has left: the look at the pages (5-10 ms per 100 MB) is then off the path."""
         with self._lock:
-            if (not mapping.reuse or key in self._idle or not unreferenced
-                    or not self._clean(mapping)):
-                return unreferenced
-            self._idle[key] = (mapping, time.monotonic())
-            while len(self._idle) > IDLE_KEPT:
-                self._idle.popitem(last=False)
-            if self._reaper is None:
-                self._reaper = threading.Thread(target=self._reap, name="maps-reaper",
-                                                daemon=True)
-                self._reaper.start()
-        return True
+            returned, self._returned = self._returned, []
+        for mapping in returned:
+            key = (mapping.inode, mapping.size)
+            clean = self._clean(mapping)
+            with self._lock:
+                if not clean or key in self._idle:
+                    continue
+                self._idle[key] = (mapping, time.monotonic())
+                while len(self._idle) > IDLE_KEPT:
+                    self._idle.popitem(last=False)
+                if self._reaper is None:
+                    self._reaper = threading.Thread(target=self._reap, name="maps-reaper",
+                                                    daemon=True)
+                    self._reaper.start()
 
     def _reap(self) -> None:
         """Let idle mappings go once ``IDLE_SECONDS`` old; ends when none is left."""

@@ -193,8 +193,11 @@ class Runner:
     reads the agent's frames (``inline``): a lone task then starts with no thread hand-off."""
 
     def __init__(self, slots: int, outbox: Outbox, streams: list[TaskStream],
-                 counter: mmap.mmap | None, once: bool) -> None:
+                 counter: mmap.mmap | None, once: bool,
+                 after_result: Callable[[], Any] | None = None) -> None:
         self.slots = slots
+        #: Called once a task's result is handed to the outbox (``MapsReceiver.settle``).
+        self.after_result = after_result
         self.inline = slots == 1
         self.outbox = outbox
         self.streams = streams
@@ -291,6 +294,8 @@ class Runner:
         self.outbox.send(result, urgent=idle or self.once, supersedes=started)
         if self.once:
             os._exit(0)
+        if self.after_result is not None and task.buffers:
+            self.after_result()
         return retire
 
 
@@ -341,8 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     counter = None
     if args.counter_fd is not None:
         counter = mmap.mmap(args.counter_fd, COUNTER.size)
-    runner = Runner(args.slots, outbox, streams, counter, args.once)
     maps = MapsReceiver(args.maps_fd) if args.maps_fd is not None else None
+    runner = Runner(args.slots, outbox, streams, counter, args.once,
+                    maps.settle if maps is not None else None)
 
     def receive() -> None:
         try:

@@ -107,10 +107,12 @@ def test_a_worker_maps_a_kept_buffer_privately(maps: tuple[Any, Any]) -> None:
     kept = Kept(bytearray(data))
     first, second, third = _received(maps, kept, 3)
     # Weak references only: a task's mapping is reused only if nothing else refers to it.
+    sender, receiver = maps
     with Lease(first.buffers) as (mapping,):
         mapping[:4] = b"\0\0\0\0"  # the first task writes its argument
         written = weakref.ref(mapping)
         del mapping
+    receiver.settle()  # as the worker does once the task's result left
     assert written() is None  # let go, never used again
     with Lease(second.buffers) as (mapping,):
         assert bytes(mapping) == data  # the second sees the kept bytes
