@@ -107,7 +107,7 @@ def test_a_worker_maps_a_kept_buffer_privately(maps: tuple[Any, Any]) -> None:
     kept = Kept(bytearray(data))
     first, second, third = _received(maps, kept, 3)
     # Weak references only: a task's mapping is reused only if nothing else refers to it.
-    sender, receiver = maps
+    receiver = maps[1]
     with Lease(first.buffers) as (mapping,):
         mapping[:4] = b"\0\0\0\0"  # the first task writes its argument
         written = weakref.ref(mapping)
