@@ -7,7 +7,8 @@ runs the task is sent its descriptor instead of the bytes, so the bytes are writ
 node, by the agent's TLS or socket read, and never copied again. An argument the agent keeps
 (node/buffer_cache.py) is that same memfd for every later task; one that arrived any other way
 (more buffers in a frame than are relayed) is copied once into a memfd, sealed with
-``F_SEAL_WRITE``, when a task first needs it. A worker is sent the memfd's descriptor
+``F_SEAL_WRITE``, when a task first needs it; one a Local client handed over is its own memfd,
+kept or lent (node/fd_buffers.py). A worker is sent the memfd's descriptor
 (``SCM_RIGHTS`` on a socket pair of its own, the *maps* socket, beside the frames' one) and a
 ``Mapped`` in the task in place of the bytes; the worker maps it ``MAP_PRIVATE`` when the task
 starts (``Lease``): no copy, the pages are the memfd's until a task writes one (copy on
@@ -18,7 +19,9 @@ Mapping 100 MB afresh for every task costs its page faults and unmapping, 40-70 
 than summing it): so when a task is done, its mapping serves the next task on the same memfd
 if no page of it was written (``/proc/self/pagemap`` says which pages are the task's own
 copies) and nothing refers to it any more (a view or an array the result holds would keep a
-reference), checked in 5-10 ms per 100 MB. Only one task uses a mapping at a time. A worker
+reference; the task's ``Result`` says so: ``let_go``, which lets the client write a lent
+memfd again), the pages looked at (5-10 ms per 100 MB) once the result has left
+(``MapsReceiver.settle``). Only one task uses a mapping at a time. A worker
 keeps at most ``IDLE_KEPT`` such mappings, each at most ``IDLE_SECONDS`` after its last task,
 so memory of an argument the agent forgot (evicted, or its client gone) is let go soon after.
 
