@@ -196,3 +196,33 @@ def test_a_waiter_whose_deletes_watch_breaks_opens_it_again_and_lists(
 
         _contend(other, backend, "broken", break_the_stream)
     assert calls == ["Txn", "watch", "Range", "DeleteRange"], calls
+
+
+def test_a_waiter_whose_claim_expires_while_the_watch_is_open_is_told(
+    config: BackendConfig, backend: Backend,  # noqa: F811
+) -> None:
+    from skyward_iac.api.errors import CollectionError
+
+    with connect(config) as other:
+        _wait_behind(other, backend, "expiring")
+        holder = other.lock("expiring", timeout=30)
+        holder.acquire()
+        prefix = backend.namespace.collection("lock", "expiring")
+        errors: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                backend.lock("expiring", timeout=60).acquire()
+            except CollectionError as exc:
+                errors.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        wait_until(lambda: int(other.client.range(prefix, prefix=True, count_only=True).count)
+                   == 2, "the waiter's claim is in")
+        # What a lease that ran out does: etcd deletes every key attached to it.
+        backend.client.revoke_lease(backend._lease().lease_id())
+        waiter.join(30)
+        assert not waiter.is_alive(), "the waiter never noticed its claim was gone"
+        assert errors and "vanished" in str(errors[0]), errors
+        holder.release()
