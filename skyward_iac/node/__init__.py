@@ -43,6 +43,7 @@ IMPORTS = frozenset({
     "skyward_iac.collections._set", "skyward_iac.collections.backend",
     "skyward_iac.collections.base", "skyward_iac.collections.cache",
     "skyward_iac.collections.client", "skyward_iac.collections.context",
+    "skyward_iac.collections.deletions",
     "skyward_iac.collections.namespace", "skyward_iac.collections.pki",
     "skyward_iac.collections.session", "skyward_iac.collections.slots",
     "skyward_iac.collections.store", "skyward_iac.collections.unix_endpoint",

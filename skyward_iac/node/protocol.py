@@ -47,9 +47,8 @@ COMPRESS_SAMPLE = 65536
 #: Buffers at least this large travel out of band; smaller ones are cheaper inside the pickle.
 OUT_OF_BAND_MIN = 65536
 MAX_FRAME = 2**32 - 1
-#: The wire's version, sent in ``Welcome``: a client refuses an agent speaking another one.
-#: 1: before ``Welcome`` carried it; 2: lz4 payloads declare their size; 3: shared arguments;
-#: 4: lent memfds (``fd_buffers.LENT``, ``Result.let_go``).
+#: The wire's version, sent in ``Welcome``: a client refuses an agent speaking another one. 1: before
+#: ``Welcome`` had it; 2: lz4 sizes; 3: shared arguments; 4: lent memfds (``Result.let_go``).
 PROTOCOL_VERSION = 4
 #: The first frame (the token) must be RAW and at most this long: nothing larger is read
 #: from a peer that has not proved it holds the token.
@@ -59,9 +58,8 @@ MAX_BUFFERS = 1 << 16
 #: lz4 shrinks data at most about 255 times: a compressed payload declaring a larger size is
 #: refused before anything is decompressed.
 LZ4_MAX_RATIO = 256
-#: Received payloads and buffers at least this large are mapped lazily (anonymous memory the
-#: kernel supplies as bytes arrive), so memory follows the bytes received, not the size a header
-#: announces.
+#: Received payloads and buffers at least this large are mapped lazily (anonymous memory the kernel
+#: supplies as bytes arrive), so memory follows the bytes received, not the size announced.
 LAZY_MIN = 1 << 20
 #: Payloads up to this size are joined with their header into one write; a read of more goes
 #: straight into a buffer of its own (``new_buffer``).
