@@ -3,11 +3,13 @@
 A waiter that opens a watch and lists the claims after every claim pays two round trips (the
 watch's creation, the listing) and a cancel per wait: with two processes contending for one
 lock, 5 requests a pair instead of 2, most waits over before the listing came back, and 3.6 ms
-of client CPU and 1.8 of etcd's a pair (2.0 and 1.0 with this watch). This watch is opened by the first wait and kept while waits keep coming: a
-claim made while it is open (see :meth:`Deletions.following`) needs no listing of its own,
-since every delete after the claim's revision reaches the watch. The watch passes deletes only
-(etcd's ``NOPUT`` filter) and closes once no wait has used it for ``IDLE`` seconds, so an
-uncontended lock is not sent its own changes.
+of client CPU and 1.8 of etcd's a pair (2.0 and 1.0 with this watch). This watch is opened by
+the first wait and kept while waits keep coming: a claim made while it is open (see
+:meth:`Deletions.following`) needs no listing of its own, since every delete after the claim's
+revision reaches the watch. The watch passes deletes only (etcd's ``NOPUT`` filter) and closes
+once no wait has used it for ``IDLE`` seconds (by the next claim, or by a thread that looks
+every ``IDLE`` seconds while it is open), so an uncontended lock is not sent its own changes
+and a lock no longer used holds no watch.
 """
 
 from __future__ import annotations
@@ -60,17 +62,40 @@ class Deletions:
         try:
             yield watching
         finally:
-            stale = None
             with self._changed:
                 self._following -= 1
                 if not self._following:
                     self._deleted.clear()  # nobody's claim predates what is recorded next
-                    if time.monotonic() - self._last_wait > IDLE:
-                        stale, self._watch_id = self._watch_id, None
-                        self._generation += 1
+                stale = self._idle_watch()
+            self._cancel(stale)
+
+    def _idle_watch(self) -> int | None:
+        """With ``_changed`` held: the open watch's id, now closed here, if no claim is being
+        followed and no wait used it for ``IDLE`` seconds; else None."""
+        if self._following or time.monotonic() - self._last_wait <= IDLE:
+            return None
+        stale, self._watch_id = self._watch_id, None
+        if stale is not None:
+            self._generation += 1
+        return stale
+
+    def _cancel(self, watch_id: int | None) -> None:
+        if watch_id is not None:
+            with contextlib.suppress(CollectionError):  # closed with its client already
+                self._client.cancel_watch(watch_id)
+
+    def _close_when_idle(self, generation: int) -> None:
+        """While the watch of ``generation`` is open: close it once idle (a lock no longer
+        used must not keep a watch, and its deletes, for the rest of the process)."""
+        while True:
+            time.sleep(IDLE)
+            with self._changed:
+                if self._generation != generation:
+                    return  # closed, or broken and opened again (with its own thread)
+                stale = self._idle_watch()
             if stale is not None:
-                with contextlib.suppress(CollectionError):  # closed with its client already
-                    self._client.cancel_watch(stale)
+                self._cancel(stale)
+                return
 
     def open(self) -> int:
         """Opens the watch unless it is open (one round trip): deletes from now on are seen.
@@ -88,6 +113,9 @@ class Deletions:
             with self._changed:
                 if self._generation == generation:
                     self._watch_id = watch_id
+                    self._last_wait = time.monotonic()  # its first wait comes next
+                    threading.Thread(target=self._close_when_idle, args=(generation,),
+                                     name="lock-deletes-idle", daemon=True).start()
                     return generation
             self._client.cancel_watch(watch_id)  # broke before we knew its id
             raise CollectionError(f"the watch on {self._prefix!r} broke as it opened; retry")

@@ -226,3 +226,18 @@ def test_a_waiter_whose_claim_expires_while_the_watch_is_open_is_told(
         assert not waiter.is_alive(), "the waiter never noticed its claim was gone"
         assert errors and "vanished" in str(errors[0]), errors
         holder.release()
+
+
+def test_a_lock_no_longer_used_lets_its_deletes_watch_go(
+    config: BackendConfig, backend: Backend, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    from skyward_iac.collections import deletions as module
+
+    monkeypatch.setattr(module, "IDLE", 0.2)
+    with connect(config) as other:
+        _wait_behind(other, backend, "left")
+        deletions = module.deletions_of(backend.lock("left")._store)
+        assert deletions._watch_id is not None  # open after the wait
+        # Nobody uses the lock any more: no claim comes to close it, its own thread does.
+        wait_until(lambda: deletions._watch_id is None, "the idle watch is closed", timeout=10)
+        _contend(other, backend, "left")  # and a later wait opens it again
