@@ -26,7 +26,7 @@ EXPECTED = {
     "container_image.py": "cuda image: nvidia/cuda:12.8.1-runtime-ubuntu24.04",
     "tensorboard_forward.py": "forwarded page reached: True",
     "budget.py": "stopped by the budget: True",
-    "large_argument.py": "means match the local ones: True",
+    "large_argument.py": "sums match the local ones: True",
 }
 
 
