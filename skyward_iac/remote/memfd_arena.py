@@ -20,7 +20,8 @@ huge pages); into pages that exist and are mapped, ~20 ms. So the client keeps w
   the client lets go of it and never writes it again, and its pages are freed when the node
   lets go too.
 - The ``Arena`` (one per process: every Local agent runs on this machine) keeps slots given
-  back, at most ``IDLE_BYTES`` in all, each at most ``IDLE_SECONDS`` after it was given back.
+  back, at most ``IDLE_BYTES`` in all, each at most ``IDLE_SECONDS`` after it was given back,
+  and none once the last connection that lends them is closed (a pool's end frees them).
 
 ``SKYWARD_LOCAL_ARENA=0`` turns it off (read per connection): each buffer then goes as a fresh
 sealed memfd, as before.
@@ -151,6 +152,7 @@ class Arena:
         self._idle: dict[int, list[Slot]] = {}
         self._held = 0
         self._trimming = False
+        self._lenders = 0
         self._lock = threading.Lock()
 
     @property
@@ -175,6 +177,19 @@ class Arena:
                 retire(slot)
                 raise
             return slot
+
+    def lender_opened(self) -> None:
+        """A connection that lends slots (``Loans``) is open."""
+        with self._lock:
+            self._lenders += 1
+
+    def lender_closed(self) -> None:
+        """One is closed: with none left (its pool is over), every idle slot is retired."""
+        with self._lock:
+            self._lenders -= 1
+            last = self._lenders <= 0
+        if last:
+            self.clear()
 
     def give_back(self, slot: Slot) -> None:
         """``slot``'s task let go of it: kept for reuse, the oldest idle ones retired to stay
@@ -270,6 +285,7 @@ class Loans:
         self._lent: dict[int, list[Slot]] = {}
         self._lock = threading.Lock()
         self._closed = False
+        source.lender_opened()
 
     def __bool__(self) -> bool:
         return bool(self._lent)
@@ -320,11 +336,13 @@ class Loans:
     def close(self) -> None:
         """The connection is over: every slot still lent is retired."""
         with self._lock:
-            self._closed = True
+            first, self._closed = not self._closed, True
             lent, self._lent = self._lent, {}
         for slots in lent.values():
             for slot in slots:
                 retire(slot)
+        if first:
+            self.arena.lender_closed()
 
 
 def _lendable(buffers: Sequence[Any]) -> bool:

@@ -179,3 +179,18 @@ def test_a_slot_comes_back_only_when_its_task_let_go() -> None:
     assert arena.held == 0 and pending.closed and not loans
     loans.lend([_task(5, memoryview(_bytes(5, 2 * MIB)))])  # its send fails: not tracked
     assert not loans and arena.held == 0
+
+
+def test_the_last_connection_closed_frees_every_idle_slot() -> None:
+    arena = Arena(schedule=_Timers())
+    one, two = Loans(arena), Loans(arena)
+    [task] = one.lend([_task(1, memoryview(_bytes(1, 2 * MIB)))])
+    slot = memfd_arena.lent_slot(task.buffers[0])
+    del task
+    one.ended(1, let_go=True)
+    assert arena.held == len(slot)
+    one.close()
+    one.close()  # closing twice counts once
+    assert arena.held == len(slot)  # another connection may still reuse it
+    two.close()  # the pool is over: nothing is kept
+    assert arena.held == 0 and slot.closed
