@@ -3,10 +3,12 @@ interceptor, the Ctrl+C policy per command, and mending broken state files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from skyward_iac.infra.engine.command import (
     interrupt_policy,
 )
 from skyward_iac.infra.engine.state_repair import repair
+from skyward_iac.processes import is_alive
 from skyward_iac.same_user import socket_owner
 
 
@@ -124,6 +127,44 @@ def test_a_destroy_a_ctrl_c_let_finish_says_how_it_ended(tmp_path: Path) -> None
         engine.run(["destroy", "--yes"], str(tmp_path), env)
     ended = completed(caught.value)
     assert ended is not None and ended.code == 0 and ended.stdout == "updated on run 1"
+
+
+def test_a_ctrl_c_while_the_engine_starts_stops_the_engine_before_it_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl+C that lands while ``Popen`` waits for the engine's exec (tens of ms under load)
+    is held until the engine is watched, then handled as any other: the engine gets its SIGINT
+    and is waited for, then the ``KeyboardInterrupt`` is raised. Raised at once, it left the
+    engine running unwatched with its pipes closed: a real ``up`` then died by SIGPIPE holding
+    the stack's lock (the flaky Ctrl+C-during-``up`` chaos case)."""
+    engine = fake_engine(tmp_path)
+    (tmp_path / "bin" / "pulumi").write_text(
+        FAKE_ENGINE.replace('echo "updated', 'sleep 30; echo "updated'))
+    handler = signal.getsignal(signal.SIGINT)
+    started: list[int] = []
+    fork_exec = subprocess._fork_exec  # type: ignore[attr-defined]
+
+    def interrupted_while_starting(*args: object) -> int:
+        pid = fork_exec(*args)
+        started.append(pid)
+        signal.raise_signal(signal.SIGINT)  # Python raises it before Popen returns
+        return pid
+
+    monkeypatch.setattr(subprocess, "_fork_exec", interrupted_while_starting)
+    env = {"RUNS": str(tmp_path / "runs"), "FAILS": "0", "FAILURE": ""}
+    begun = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.run(["up", "--yes"], str(tmp_path), env)
+        monkeypatch.undo()
+        assert len(started) == 1
+        assert not is_alive(started[0]), "the engine was left running"
+        assert time.monotonic() - begun < 20  # stopped, not waited out
+    finally:
+        for pid in started:  # an engine left running is not left behind by the test
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    assert signal.getsignal(signal.SIGINT) is handler  # the caller's handler is back
 
 
 def test_an_engine_command_given_the_version_found_runs_no_version_check(

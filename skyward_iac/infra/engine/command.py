@@ -10,6 +10,9 @@ the engine runs in a session of its own, out of the terminal's reach, and our co
 * Ctrl+C during anything else (``up``, ``refresh``, ``preview``...): the engine gets one
   SIGINT, its own graceful cancel; a second Ctrl+C forwards a second one (the engine's hard
   stop). We wait for it to exit, then raise.
+* A Ctrl+C while the engine is being started (``Popen`` waits for its exec, tens of ms under
+  load) is held back until the wait above applies its policy: raised there, it left the
+  engine running unwatched with its pipes closed, to die by SIGPIPE holding the stack's lock.
 
 ``cancel(stack)`` does what a first Ctrl+C does to every such command running on a stack, from
 any thread: a spent budget stops the ``up`` under way rather than wait for it
@@ -34,7 +37,8 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import IO
+from types import FrameType
+from typing import IO, Any
 
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation._cmd import (
@@ -172,21 +176,26 @@ class EngineCommand(PulumiCommand):
         env["PATH"] = os.pathsep.join([engine_dir, env.get("PATH", "")])
         stdout: list[str] = []
         stderr: list[str] = []
-        process = subprocess.Popen([self.command, *args], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, cwd=cwd, env=env, encoding="utf-8",
-                                   start_new_session=True)
-        readers = [threading.Thread(target=_consume, args=(process.stdout, on_output, stdout),
-                                    daemon=True),
-                   threading.Thread(target=_consume, args=(process.stderr, on_error, stderr),
-                                    daemon=True)]
-        for reader in readers:
-            reader.start()
         policy = interrupt_policy(args)
+        held = _HeldInterrupt()  # until _wait applies the policy to it: see the module doc
+        try:
+            process = subprocess.Popen([self.command, *args], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, cwd=cwd, env=env,
+                                       encoding="utf-8", start_new_session=True)
+            readers = [threading.Thread(target=_consume, daemon=True,
+                                        args=(process.stdout, on_output, stdout)),
+                       threading.Thread(target=_consume, daemon=True,
+                                        args=(process.stderr, on_error, stderr))]
+            for reader in readers:
+                reader.start()
+        except BaseException:
+            held.release()
+            raise
         if policy == "cancel":
             with _cancellable_lock:
                 _cancellable[process] = stack_of(args)
         try:
-            interrupted = _wait(process, policy)
+            interrupted = _wait(process, policy, held)
         finally:
             with _cancellable_lock:
                 _cancellable.pop(process, None)
@@ -216,12 +225,44 @@ def completed(interrupt: KeyboardInterrupt) -> CommandResult | None:
     return getattr(interrupt, "completed", None)
 
 
-def _wait(process: subprocess.Popen[str], policy: str) -> KeyboardInterrupt | None:
-    """Wait for the engine to exit, applying ``policy`` to every Ctrl+C; returns the first
-    interrupt to raise afterwards."""
+class _HeldInterrupt:
+    """Holds back a Ctrl+C (in the main thread, the only one it lands in) from now until
+    ``release``, which raises it then, as the handler it replaced would have."""
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        self._caught: list[FrameType | None] = []
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is not None:  # None: set outside Python
+            self._previous = signal.signal(signal.SIGINT, self._hold)
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        self._caught.append(frame)
+
+    def release(self) -> None:
+        """Put the handler back; a Ctrl+C held meanwhile is handled by it now."""
+        previous, self._previous = self._previous, None
+        if previous is None:
+            return
+        signal.signal(signal.SIGINT, previous)
+        if not self._caught:
+            return
+        if callable(previous):
+            previous(signal.SIGINT, self._caught[0])  # Python's own: raises KeyboardInterrupt
+        elif previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+
+
+def _wait(process: subprocess.Popen[str], policy: str,
+          held: _HeldInterrupt | None = None) -> KeyboardInterrupt | None:
+    """Wait for the engine to exit, applying ``policy`` to every Ctrl+C (one ``held`` while
+    it started included); returns the first interrupt to raise afterwards."""
     interrupted: KeyboardInterrupt | None = None
     while True:
         try:
+            if held is not None:
+                release, held = held.release, None
+                release()
             process.wait()
             return interrupted
         except KeyboardInterrupt as exc:
