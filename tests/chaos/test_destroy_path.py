@@ -7,6 +7,7 @@ close) logs no heartbeat error."""
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import os
 import signal
@@ -14,11 +15,15 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 import skyward_iac as sky
+from skyward_iac.infra.stacks import destroy, home
+from skyward_iac.infra.stacks.records import PROJECT
 from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.infra.stacks.tags import ended_of, process_started, stack_tags
 from skyward_iac.orchestration import kernel_reaper
@@ -103,6 +108,39 @@ def test_gc_and_a_dead_kernels_reaper_each_record_themselves() -> None:
     assert message == f"skyward: destroyed by {ME}: {ended['reason']}"
     for stack in (collected, reaped):
         wait_until_gone(stack, 30)
+
+
+def test_the_pools_destroy_records_its_end_on_an_empty_stack_its_dead_engine_left_locked(
+) -> None:
+    """A Ctrl+C while the pool's ``up`` engine started killed it (SIGPIPE, see
+    ``engine/command.py``) before it created anything: the stack is empty and locked by a dead
+    process of this machine. The pool's destroy clears the lock (a refresh) and still records
+    how the run ended: its destroy is the newest update and the ``ended`` tag is written.
+    (It used to find the stack empty after the refresh and return ``already down``: the
+    refresh was the run's last word and no end was recorded.)"""
+    plan = plan_pool([], None, sky.Options(console=False),
+                     {"provider": sky.Local(), "nodes": 1, "ttl": 60})
+    stack = ClusterStack.create(plan.request, stack_tags(plan.spec, 1))
+    engine = subprocess.Popen(["true"])
+    engine.wait()
+    backend = home.file_backend()
+    assert backend is not None
+    locks = backend / ".pulumi" / "locks" / "organization" / PROJECT / stack.name
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / f"{uuid.uuid4()}.json").write_text(json.dumps({  # as the engine writes it
+        "pid": engine.pid, "username": getpass.getuser(), "hostname": socket.gethostname(),
+        "timestamp": datetime.now(UTC).isoformat()}))
+    assert stack.stale_locks()
+    reason = "interrupted (Ctrl+C)"
+    outcome = destroy.destroy(stack, destroy.Destroyer(destroy.POOL, reason, holds=True,
+                                                       patience=30.0))
+    assert outcome.status == destroy.DESTROYED, outcome
+    assert record(stack.name) == (f"skyward: destroyed by {ME}: {reason}",
+                                  {"status": "destroyed", "by": ME, "source": "self-declared",
+                                   "via": "pool", "reason": reason})
+    kinds = [update.kind for update in ClusterStack.select(stack.name).history()]
+    assert kinds == ["destroy", "refresh"], kinds
+    assert not stack.stale_locks()
 
 
 def engine_destroying(stack: str) -> list[int]:

@@ -137,6 +137,34 @@ def test_ctrl_c_leaves_nothing_behind(mode: str, marker: str, again: tuple[float
     assert "interrupted (Ctrl+C)" in (ClusterStack.select(stack).history()[0].message or "")
 
 
+def test_a_collector_whose_listing_predates_the_owners_destroy_keeps_the_owners_record(
+) -> None:
+    """gc lists the stacks, then judges each owner as it comes to it (seconds later, after
+    other stacks' destroys): a pool that closed itself in between is judged gone while gc's
+    listing still shows its resources. gc leaves it (``already down``): the owner's destroy
+    stays the last update and its ``ended`` tag stays the owner's (gc refreshed and destroyed
+    the empty stack again, recording itself as the run's end)."""
+    from skyward_iac.infra.stacks import destroy
+    from skyward_iac.infra.stacks.owners import look
+    from skyward_iac.infra.stacks.stack import list_records
+    from skyward_iac.infra.stacks.tags import ended_of
+
+    child = Child(nodes=1, ttl=600, mode="idle")
+    child.wait_for(r"^READY ")
+    stack = child.stack
+    assert stack
+    listed = [r for r in list_records(only_live=True) if r.name == stack]
+    assert listed and listed[0].resource_count > 0
+    child.signal(signal.SIGINT)
+    assert child.finish() == -signal.SIGINT, "\n".join(child.lines[-20:])
+    outcome = destroy.destroy(stack, destroy.Destroyer(destroy.GC, "gc: its owner is gone"),
+                              seen=(listed[0], look(listed)))
+    assert outcome.status == destroy.ALREADY_DOWN, outcome
+    handle = ClusterStack.select(stack)
+    assert "interrupted (Ctrl+C)" in (handle.history()[0].message or "")
+    assert ended_of(handle.tags())["via"] == "pool"
+
+
 def test_ctrl_c_during_destroy_leaves_a_state_gc_finishes() -> None:
     child = Child(nodes=2, ttl=5, mode="exit")
     child.wait_for(r"destroying")

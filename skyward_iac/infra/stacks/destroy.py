@@ -11,7 +11,8 @@ it is and why (a ``Destroyer``); this path applies one policy to all of them:
 * **The lock** is the engine's lock on the stack. A destroyer that finds it held waits up to
   its ``patience`` (gc and ``down``: none, they leave it to whoever holds it; the owner:
   ``Options(shutdown_timeout)``; the reaper 120 s), clearing a lock whose holder died on this
-  machine, and, before it tries again, looks whether anything is left to destroy.
+  machine, and, before it tries again, looks whether anything is left to destroy (the
+  stack's holder destroys all the same, to record its end, unless another took it down).
 * **The record**: the update's message ``skyward: destroyed by ACTOR: REASON`` (so ``pulumi
   stack history`` alone says who ended each run and why) and the ``ended`` tag (status, actor,
   destroyer, reason; a failed destroy's error class) that ``history`` reads. A destroyer from
@@ -108,6 +109,10 @@ def destroy(stack: ClusterStack | str, who: Destroyer, *,
             return Outcome(name, ALREADY_DOWN)
         if why := refusal(name, holder_of(record, look), force=who.force):
             return Outcome(name, REFUSED, why)
+        # The owner was judged just now; a listing taken before (gc's) may predate its own
+        # destroy, which its process ended after: the emptied stack's record is the owner's.
+        if seen is not None and _emptied(handle):
+            return Outcome(name, ALREADY_DOWN)
     lock_wait, started, tries = retry.for_stack_lock(who.patience), time.monotonic(), 0
     deleted = _Deleted(on_event)
     try:
@@ -128,7 +133,7 @@ def destroy(stack: ClusterStack | str, who: Destroyer, *,
                 if handle.stale_locks():  # its holder died on this machine
                     handle.clear_crash_leftovers()
                 time.sleep(delay)
-                if handle.resource_count() == 0:  # another destroyer finished it meanwhile
+                if _finished_by_another(handle, who):
                     return Outcome(name, ALREADY_DOWN, message=who.message)
     except Exception as exc:  # noqa: BLE001 - recorded; the caller decides what it means
         _record(handle, who, FAILED, type(exc).__name__)
@@ -169,6 +174,24 @@ class _Deleted:
                              if getattr(op, "value", op) == "delete")
         if self._passed_on is not None:
             self._passed_on(event)
+
+
+def _emptied(handle: ClusterStack) -> bool:
+    """Whether the stack holds nothing now (False when that cannot be read: destroy)."""
+    try:
+        return handle.resource_count() == 0
+    except Exception:  # noqa: BLE001 - unknown: the destroy goes ahead and says why it fails
+        return False
+
+
+def _finished_by_another(handle: ClusterStack, who: Destroyer) -> bool:
+    """Whether another destroyer emptied the stack while ``who`` waited for its lock. Not for
+    the stack's holder unless someone took it down (``down_by``): the lock it waited for may
+    be its own dead engine's (an ``up`` a Ctrl+C killed) on a stack still empty, and its
+    destroy, even of nothing, records how the run ended."""
+    if handle.resource_count() != 0:
+        return False
+    return not who.holds or _taken_down(handle)
 
 
 def _taken_down(handle: ClusterStack) -> bool:

@@ -16,10 +16,12 @@ from before leases) keep the older rule: expired, and the owner gone. Who the ow
 whether its lease holds is ``owners.py``'s judgement, the one ``down`` and every other destroyer
 use. Collection goes through the one destroy path (``destroy.py``): it clears what a crash
 leaves (a stale lock, pending operations) with ``cancel`` and ``refresh``, destroys, and records
-``gc: WHY`` as the reason. Running two collectors at once is safe: the second finds the stack
-locked and skips it. Empty stacks (pruned past the retention, expired plans' stacks) are removed
-straight from a file or S3 backend without an engine start (``engine/state_removal.py``), a
-locked one skipped; through the engine's ``stack rm`` where that cannot be done.
+``gc: WHY`` as the reason; a stack its owner emptied after gc listed it (its process ended
+after its own destroy) is skipped, its owner's record kept. Running two collectors at once is
+safe: the second finds the stack locked and skips it. Empty stacks (pruned past the
+retention, expired plans' stacks) are removed straight from a file or S3 backend without an
+engine start (``engine/state_removal.py``), a locked one skipped; through the engine's ``stack
+rm`` where that cannot be done.
 """
 
 from __future__ import annotations
@@ -212,4 +214,6 @@ def _destroy(record: StackRecord, seen: Look, reason: str) -> Action:
         return Action(record.name, "skipped", outcome.detail)
     if outcome.status == destroy.FAILED:
         return Action(record.name, "failed", outcome.detail)
+    if outcome.status == destroy.ALREADY_DOWN:  # emptied since it was listed, by its owner
+        return Action(record.name, "skipped", "already down: destroyed since it was listed")
     return Action(record.name, "destroyed", reason)
