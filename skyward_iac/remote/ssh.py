@@ -39,6 +39,27 @@ def fast_transport(*args: Any, **kwargs: Any) -> paramiko.Transport:
     return transport
 
 
+class DeadlineRemote(fabric.runners.Remote):
+    """Fabric's remote runner, whose ``run(timeout=...)`` says it timed out whenever its
+    timer killed the command. invoke decides that from the timer thread having ended, and a
+    run can return while that thread is still closing the channel: the command then looked
+    like one that exited with -1. Here the kill records it first, and a channel the caller
+    closed meanwhile is no error of the timer's."""
+
+    deadline_passed = False
+
+    def kill(self) -> None:
+        self.deadline_passed = True
+        try:
+            super().kill()
+        except (EOFError, OSError):
+            pass  # the connection closed first: the command is gone either way
+
+    @property
+    def timed_out(self) -> bool:
+        return self.deadline_passed
+
+
 def known_hosts_name(address: str, port: int) -> str:
     """How OpenSSH and paramiko name a host in known_hosts."""
     return address if port == 22 else f"[{address}]:{port}"
@@ -104,7 +125,8 @@ def connect(node: NodeAddress, private_key_pem: str, timeout: float, wait: float
 
 def _pinned_connection(node: NodeAddress, pkey: paramiko.PKey, connect_timeout: float,
                        timeout: float) -> fabric.Connection:
-    config = fabric.Config(overrides={"load_ssh_configs": False})
+    config = fabric.Config(overrides={"load_ssh_configs": False,
+                                      "runners": {"remote": DeadlineRemote}})
     conn = fabric.Connection(
         host=node.public_address, port=node.ssh_port, user=node.ssh_user, config=config,
         connect_timeout=int(connect_timeout),

@@ -13,7 +13,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import fabric
 import pytest
+from invoke.exceptions import CommandTimedOut
 
 import skyward_iac as sky
 from skyward_iac.infra.stacks.home import local_nodes_dir
@@ -118,6 +120,26 @@ def test_a_port_is_forwarded_to_a_node_without_an_ssh_connection(pool: sky.Pool)
         server.shutdown()
         server.server_close()
     assert worker.connection.held is not None  # opened again for the forward
+
+
+def test_a_command_killed_at_its_timeout_says_so_even_while_the_kill_is_under_way(
+        pool: sky.Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """invoke judged a run timed out by its timer thread having ended: a run that returned while
+    the timer was still closing the channel looked like exit code -1, and a bootstrap that ran
+    out of time said "failed" instead of "timed out" (CI, 2026-11-26)."""
+    closing = fabric.runners.Remote.kill
+
+    def slow_kill(runner: fabric.runners.Remote) -> None:
+        closing(runner)
+        time.sleep(1.5)  # the timer thread is still in kill when the run returns
+
+    monkeypatch.setattr(fabric.runners.Remote, "kill", slow_kill)
+    connection = pool.nodes[0].connection.open()
+    started = time.monotonic()
+    with pytest.raises(CommandTimedOut):
+        connection.run("sleep 30", hide=True, warn=True, in_stream=False, timeout=1)
+    assert time.monotonic() - started < 10
+    assert connection.run("echo still here", hide=True, in_stream=False).stdout == "still here\n"
 
 
 def test_a_node_without_an_ssh_connection_is_fenced_and_replaced(pool: sky.Pool) -> None:
