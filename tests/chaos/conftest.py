@@ -85,6 +85,19 @@ def stacks_with_resources(before: set[str]) -> dict[str, int]:
             if record.name not in before and record.resource_count}
 
 
+def failed(request: pytest.FixtureRequest) -> bool:
+    """Whether the test's own call failed (its report is kept by ``pytest_runtest_makereport``)."""
+    report = getattr(request.node, "call_report", None)
+    return report is not None and report.failed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    if call.when == "call":
+        item.call_report = outcome.get_result()  # type: ignore[attr-defined]
+
+
 def _leaks(nodes_dir: Path, pids_before: set[int], sandboxes_before: set[Path],
            stacks_before: set[str]) -> list[str]:
     leaks = [f"{kind} process {pid}: {_command_line(str(pid))[:160]}"
@@ -96,14 +109,20 @@ def _leaks(nodes_dir: Path, pids_before: set[int], sandboxes_before: set[Path],
 
 
 @pytest.fixture(autouse=True)
-def leak_check() -> Iterator[None]:
+def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
     from skyward_iac.infra.stacks.stack import list_records
+    from tests.chaos.test_lifecycle_chaos import Child
 
     nodes_dir = home.local_nodes_dir()
     pids_before = set(processes(home.skyward_home()))
     sandboxes_before = sandboxes(nodes_dir)
     stacks_before = {record.name for record in list_records(only_live=False)}
     yield
+    # A test that failed before it ended its child client leaves it running: ended here, so
+    # the failure is the test's own and not also every later test's leak.
+    if (left := Child.kill_the_left_over(grace=0 if failed(request) else 10)) \
+            and not failed(request):
+        pytest.fail(f"the test left child client(s) running: {left}", pytrace=False)
     deadline = time.monotonic() + GRACE
     while leaks := _leaks(nodes_dir, pids_before, sandboxes_before, stacks_before):
         if time.monotonic() > deadline:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -27,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class Child:
     """A child client process whose stderr (the skyward log) is read line by line."""
 
+    #: Every child started by this process, for ``kill_the_left_over`` after each test.
+    started: ClassVar[list[Child]] = []
+
     def __init__(self, nodes: int, ttl: int, mode: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, str(CHILD), str(nodes), str(ttl), mode], cwd=ROOT,
@@ -35,6 +39,7 @@ class Child:
         )
         self.lines: list[str] = []
         self.stack: str | None = None
+        Child.started.append(self)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -56,6 +61,22 @@ class Child:
 
     def finish(self, timeout: float = 180) -> int:
         return self.process.wait(timeout)
+
+    @classmethod
+    def kill_the_left_over(cls, grace: float = 0) -> list[str]:
+        """Kill every child still running after ``grace`` seconds (a test that failed before it
+        ended its child) and take its stack down; the stacks of the children left running."""
+        deadline = time.monotonic() + grace
+        while any(c.process.poll() is None for c in cls.started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [child for child in cls.started if child.process.poll() is None]
+        cls.started.clear()
+        for child in left:
+            child.signal(signal.SIGKILL)
+            child.finish(30)
+            if child.stack and ClusterStack.select(child.stack).resource_count():
+                main(["down", child.stack, "--force"])
+        return [child.stack or f"pid {child.process.pid}" for child in left]
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import skyward_iac as sky
 from skyward_iac.infra.stacks.home import local_nodes_dir
 from skyward_iac.infra.stacks.stack import ClusterStack
 from skyward_iac.orchestration import heartbeat
+from tests.agent_process import wait_until
 from tests.chaos.skewed_beats import OLD_CLIENT, stamp_like_the_old_client
 from tests.chaos.test_lifecycle_chaos import Child, skyward_iac, wait_until_gone
 
@@ -85,7 +86,9 @@ def test_a_client_clock_120s_ahead_does_not_keep_its_dead_clients_nodes(
     stack = child.stack
     assert stack is not None
     workdir = local_nodes_dir() / stack / "node-0" / "work"
-    assert heartbeat_skew(workdir) > 100  # the beats land with the client's clock ahead
+    # The beats land with the client's clock ahead: the next one after the pool is ready (the
+    # bootstrap's own ``touch`` of the file, with the node's clock, can be the latest so far).
+    assert wait_until(lambda: heartbeat_skew(workdir) > 100, 5 * ttl), heartbeat_skew(workdir)
     child.signal(signal.SIGKILL)
     child.finish()
     gone_after = wait_until_gone(stack, timeout=ttl + 30)
