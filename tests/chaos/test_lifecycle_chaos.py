@@ -186,6 +186,34 @@ def test_a_collector_whose_listing_predates_the_owners_destroy_keeps_the_owners_
     assert ended_of(handle.tags())["via"] == "pool"
 
 
+def test_a_down_whose_owner_ends_its_pool_while_it_is_judged_keeps_the_owners_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``down`` (and the kernel reaper) read the stack's count, then its tags, then judge the
+    owner: a pool that closed itself in that second was judged gone with resources counted,
+    and ``down`` destroyed the empty stack again, recording itself as the run's end. Here the
+    owner ends its pool exactly there."""
+    from skyward_iac.infra.stacks import destroy
+    from skyward_iac.infra.stacks.tags import ended_of
+
+    child = Child(nodes=1, ttl=600, mode="idle")
+    child.wait_for(r"^READY ")
+    stack = child.stack
+    assert stack
+    judge = destroy.owners.look
+
+    def owner_ends_first(records: list[object]) -> object:
+        child.signal(signal.SIGINT)
+        assert child.finish() == -signal.SIGINT, "\n".join(child.lines[-20:])
+        return judge(records)
+
+    monkeypatch.setattr(destroy.owners, "look", owner_ends_first)
+    outcome = destroy.destroy(stack, destroy.Destroyer(destroy.DOWN, "down: by hand"))
+    assert outcome.status == destroy.ALREADY_DOWN, outcome
+    handle = ClusterStack.select(stack)
+    assert "interrupted (Ctrl+C)" in (handle.history()[0].message or "")
+    assert ended_of(handle.tags())["via"] == "pool"
+
+
 def test_ctrl_c_during_destroy_leaves_a_state_gc_finishes() -> None:
     child = Child(nodes=2, ttl=5, mode="exit")
     child.wait_for(r"destroying")

@@ -7,7 +7,9 @@ it is and why (a ``Destroyer``); this path applies one policy to all of them:
 
 * **Authority** (``takedown.refusal``, pure): the owner's own processes hold the stack and
   may always destroy it; anyone else is refused while the owner may still use it, unless
-  forced. The refusal names the owner, its host, the lease left and how to force it.
+  forced. The refusal names the owner, its host, the lease left and how to force it. The
+  count is read again once the owner is judged: an owner that ended its pool meanwhile keeps
+  its own record (``already down``).
 * **The lock** is the engine's lock on the stack. A destroyer that finds it held waits up to
   its ``patience`` (gc and ``down``: none, they leave it to whoever holds it; the owner:
   ``Options(shutdown_timeout)``; the reaper 120 s), clearing a lock whose holder died on this
@@ -109,9 +111,10 @@ def destroy(stack: ClusterStack | str, who: Destroyer, *,
             return Outcome(name, ALREADY_DOWN)
         if why := refusal(name, holder_of(record, look), force=who.force):
             return Outcome(name, REFUSED, why)
-        # The owner was judged just now; a listing taken before (gc's) may predate its own
-        # destroy, which its process ended after: the emptied stack's record is the owner's.
-        if seen is not None and _emptied(handle):
+        # The owner was judged just now; the count read before (gc's listing, or this
+        # function's own look a second ago) may predate its own destroy, which its process
+        # ended after: the emptied stack's record is the owner's.
+        if _emptied(handle):
             return Outcome(name, ALREADY_DOWN)
     lock_wait, started, tries = retry.for_stack_lock(who.patience), time.monotonic(), 0
     deleted = _Deleted(on_event)
