@@ -365,9 +365,18 @@ def _connect(launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
 
 def fence_command(workdir: str) -> str:
     """A shell command that kills a node's agent with its whole process group (its workers)
-    and exits 0 once none of them is left (1 if some survive 5 s)."""
+    and exits 0 once none of them is left running (1 if some survive 5 s). A killed process
+    its parent has not reaped yet (a zombie: ``kill -0`` still finds it) runs nothing: a
+    container's init that never reaps, or a slow one, must not make every fence fail. POSIX
+    ``sh`` throughout (a container's ``sh`` is often dash, whose ``kill`` takes ``-s KILL --
+    -PGID`` but refuses ``-KILL -- -PGID``)."""
     pid_file = shlex.quote(f"{workdir}/run/agent.pid")
+    # /proc/PID/stat after the command's closing paren: state, ppid, process group, ...
+    running = ('for f in /proc/[0-9]*/stat; do read -r s 2>/dev/null < "$f" || continue; '
+               'set -- ${s##*")"}; [ "$3" = "$pid" ] && [ "$1" != Z ] && return 0; done; '
+               'return 1')
     return (f'pid=$(cat {pid_file} 2>/dev/null) || exit 0; [ -n "$pid" ] || exit 0; '
-            'kill -KILL -- -"$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; '
-            'for _ in $(seq 1 50); do kill -0 -- -"$pid" 2>/dev/null || exit 0; sleep 0.1; done; '
+            'kill -s KILL -- -"$pid" 2>/dev/null; kill -s KILL "$pid" 2>/dev/null; '
+            f'running() {{ {running}; }}; '
+            'for _ in $(seq 1 50); do running || exit 0; sleep 0.1; done; '
             'exit 1')
