@@ -229,7 +229,9 @@ class _Connection:
 
     def close(self) -> None:
         _shut(self.sock)
-        self.channel.close()
+        # Its transport may be gone already (the node's connection closed): nothing to tell.
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self.channel.close()
 
 
 def _shut(sock: socket.socket) -> None:
