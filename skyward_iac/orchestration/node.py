@@ -366,8 +366,8 @@ def _connect(launch: NodeLaunch, outputs: ClusterOutputs, address: NodeAddress,
 def fence_command(workdir: str) -> str:
     """A shell command that kills a node's agent with its whole process group (its workers)
     and exits 0 once none of them is left running (1 if some survive 5 s). A killed process
-    its parent has not reaped yet (a zombie: ``kill -0`` still finds it) runs nothing: a
-    container's init that never reaps, or a slow one, must not make every fence fail. POSIX
+    its parent has not reaped yet (a zombie: ``kill -0`` still finds it) runs nothing: an init
+    that reaps late must not make the fence fail. POSIX
     ``sh`` throughout (a container's ``sh`` is often dash, whose ``kill`` takes ``-s KILL --
     -PGID`` but refuses ``-KILL -- -PGID``)."""
     pid_file = shlex.quote(f"{workdir}/run/agent.pid")
